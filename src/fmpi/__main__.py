@@ -1,0 +1,5 @@
+"""``python -m fmpi ...`` is ``fmpirun ...``."""
+
+from .launcher.cli import entry
+
+entry()

@@ -1,0 +1,100 @@
+"""mpi4py message specifications -> contiguous byte views.
+
+Accepted forms (as in mpi4py): ``buf``, ``[buf, datatype]``,
+``[buf, count, datatype]``, ``[buf, (count, displ), datatype]`` and
+``[buf, count, displ, datatype]``, where ``buf`` is a numpy array or any
+object with the buffer protocol (bytearray, bytes for sending, mmap,
+memoryview, array.array). Counts and displacements are in elements of the
+datatype. Nothing is copied: the result is a view on the user's memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import exceptions as err
+from .datatypes import DATATYPES, Datatype, from_dtype, from_typechar
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    view: memoryview  # 1-D, format 'B', exactly the bytes the message covers
+    count: int
+    datatype: Datatype
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.view)
+
+    def as_array(self) -> np.ndarray:
+        """The message as a numpy array of its datatype (no copy)."""
+        return np.frombuffer(self.view, dtype=self.datatype.dtype) if self.datatype.dtype is not None else np.empty(0)
+
+
+def byte_view(obj: Any, writable: bool) -> tuple[memoryview, Datatype]:
+    """A flat byte view of `obj` and the datatype its element type implies."""
+    if isinstance(obj, np.ndarray):
+        if not obj.flags.c_contiguous:
+            raise err.Exception(err.ERR_BUFFER, "buffer is not C-contiguous; pass np.ascontiguousarray(buf)")
+        if writable and not obj.flags.writeable:
+            raise err.Exception(err.ERR_BUFFER, "receive buffer is read-only")
+        flat = obj.reshape(-1).view(np.uint8)
+        return memoryview(flat), from_dtype(obj.dtype)
+    try:
+        view = memoryview(obj)
+    except TypeError:
+        raise err.Exception(
+            err.ERR_BUFFER, f"{type(obj).__name__} is not a buffer (use a numpy array, bytearray, memoryview or mmap)"
+        ) from None
+    if not view.c_contiguous:
+        raise err.Exception(err.ERR_BUFFER, "buffer is not C-contiguous")
+    if writable and view.readonly:
+        raise err.Exception(err.ERR_BUFFER, f"receive buffer ({type(obj).__name__}) is read-only")
+    datatype = from_typechar(view.format.lstrip("@=<>!")) or DATATYPES["BYTE"]
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
+    return view, datatype
+
+
+def message(spec: Any, writable: bool) -> Message:
+    """Parse one message spec (see module docstring)."""
+    datatype: Datatype | None = None
+    count: int | None = None
+    displ = 0
+    if isinstance(spec, (list, tuple)):
+        if not 1 <= len(spec) <= 4:
+            raise err.Exception(err.ERR_ARG, f"message spec must have 1 to 4 items, not {len(spec)}")
+        buf, *rest = spec
+        if rest and isinstance(rest[-1], Datatype):
+            datatype = rest.pop()
+        elif rest and isinstance(rest[-1], str):  # mpi4py accepts typecodes too
+            datatype = from_typechar(rest.pop())
+        if len(rest) == 1 and isinstance(rest[0], (list, tuple)):
+            count, displ = rest[0]
+        elif len(rest) == 1:
+            count = rest[0]
+        elif len(rest) == 2:
+            count, displ = rest
+        elif rest:
+            raise err.Exception(err.ERR_ARG, f"cannot parse message spec {spec!r}")
+    else:
+        buf = spec
+    view, implied = byte_view(buf, writable)
+    datatype = datatype or implied
+    size = datatype.Get_size()
+    if size == 0:
+        raise err.Exception(err.ERR_TYPE, f"datatype {datatype.name} has no size")
+    start = displ * size
+    if count is None:
+        count = (len(view) - start) // size
+    if count < 0 or displ < 0:
+        raise err.Exception(err.ERR_COUNT, f"negative count or displacement in message spec ({count}, {displ})")
+    end = start + count * size
+    if end > len(view):
+        raise err.Exception(
+            err.ERR_BUFFER, f"message of {count} x {datatype.name} at displacement {displ} overruns a {len(view)}-byte buffer"
+        )
+    return Message(view[start:end], count, datatype)

@@ -1,0 +1,42 @@
+"""MPI constants with the values MPICH (and so mpi4py on MPICH) gives them."""
+
+from ..transport.matching import ANY_SOURCE, ANY_TAG
+
+PROC_NULL = -1
+ROOT = -3
+UNDEFINED = -32766
+TAG_UB = 2**29 - 1  # same bound MPICH reports; tags above it are rejected
+MAX_PROCESSOR_NAME = 128
+
+IDENT, CONGRUENT, SIMILAR, UNEQUAL = 0, 1, 2, 3
+THREAD_SINGLE, THREAD_FUNNELED, THREAD_SERIALIZED, THREAD_MULTIPLE = 0, 1, 2, 3
+COMM_TYPE_SHARED = 1
+KEYVAL_INVALID = -1
+
+
+class _Sentinel:
+    """A named singleton such as MPI.IN_PLACE (compared by identity)."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __repr__(self) -> str:
+        return self._name
+
+    __str__ = __repr__
+
+    def __reduce__(self) -> str:
+        return self._name
+
+
+IN_PLACE = _Sentinel("IN_PLACE")
+BOTTOM = _Sentinel("BOTTOM")
+
+__all__ = [
+    "ANY_SOURCE", "ANY_TAG", "PROC_NULL", "ROOT", "UNDEFINED", "TAG_UB", "MAX_PROCESSOR_NAME",
+    "IDENT", "CONGRUENT", "SIMILAR", "UNEQUAL",
+    "THREAD_SINGLE", "THREAD_FUNNELED", "THREAD_SERIALIZED", "THREAD_MULTIPLE",
+    "COMM_TYPE_SHARED", "KEYVAL_INVALID", "IN_PLACE", "BOTTOM",
+]

@@ -1,0 +1,208 @@
+"""``MPI.Request``: a handle on a non-blocking operation.
+
+A request wraps one transport op (or an op that a background collective
+completes) and a ``finish`` function that turns the completed op into the
+user's result: the unpickled object of an ``irecv``, and the status fields in
+the communicator's rank numbering.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from ..transport.engine import Engine
+from ..transport.requests import Op, TransportError
+from . import exceptions as err
+from .constants import ANY_SOURCE, ANY_TAG, PROC_NULL, UNDEFINED
+from .status import Status
+
+# finish(op) -> (value, source, tag, nbytes)
+Finish = Callable[[Op], tuple[Any, int, int, int]]
+
+
+def _no_result(op: Op) -> tuple[Any, int, int, int]:
+    return None, ANY_SOURCE, ANY_TAG, 0
+
+
+def raise_mpi(exc: TransportError) -> None:
+    raise err.Exception(err.from_class_name(exc.error_class), str(exc)) from None
+
+
+class Request:
+    __slots__ = ("_engine", "_op", "_finish", "_result", "_settled")
+
+    def __init__(self, engine: Engine | None = None, op: Op | None = None, finish: Finish = _no_result) -> None:
+        self._engine = engine
+        self._op = op
+        self._finish = finish
+        self._result: tuple[Any, int, int, int] | None = None
+        self._settled = op is None
+
+    @classmethod
+    def completed(cls, value: Any = None, source: int = PROC_NULL, tag: int = ANY_TAG) -> "Request":
+        """A request that is already done (operations with PROC_NULL, for instance)."""
+        req = cls()
+        req._result = (value, source, tag, 0)
+        req._settled = False
+        return req
+
+    # ------------------------------------------------------------------ state
+    def _done(self) -> bool:
+        return self._op is None or self._op.done
+
+    def _settle(self, status: Status | None) -> Any:
+        """Run `finish` once; fill `status`; raise the op's error as MPI.Exception."""
+        if self._op is not None and self._op.error is not None:
+            if status is not None:
+                status.error = err.from_class_name(self._op.error.error_class)
+            error = self._op.error
+            self._op = None
+            self._settled = True
+            raise_mpi(error)
+        if self._result is None:
+            self._result = self._finish(self._op) if self._op is not None else (None, ANY_SOURCE, ANY_TAG, 0)
+        value, source, tag, nbytes = self._result
+        if status is not None:
+            cancelled = bool(self._op is not None and self._op.cancelled)
+            status._set(source, tag, nbytes, 0, cancelled)
+        self._op = None
+        self._settled = True
+        return value
+
+    # ------------------------------------------------------------ user calls
+    def Wait(self, status: Status | None = None) -> bool:
+        self.wait(status)
+        return True
+
+    def wait(self, status: Status | None = None) -> Any:
+        self._wait_op()
+        return self._settle(status)
+
+    def Test(self, status: Status | None = None) -> bool:
+        return self.test(status)[0]
+
+    def test(self, status: Status | None = None) -> tuple[bool, Any]:
+        if not self._done():
+            return False, None
+        return True, self._settle(status)
+
+    def Get_status(self, status: Status | None = None) -> bool:
+        if not self._done():
+            return False
+        if status is not None and self._result is not None:
+            value, source, tag, nbytes = self._result
+            status._set(source, tag, nbytes)
+        return True
+
+    def Cancel(self) -> None:
+        if self._op is not None and self._engine is not None:
+            self._engine.cancel(self._op)
+
+    cancel = Cancel
+
+    def Free(self) -> None:
+        self._op = None
+        self._settled = True
+
+    free = Free
+
+    def __bool__(self) -> bool:
+        """False for a null request (MPI_REQUEST_NULL), like mpi4py."""
+        return not self._settled
+
+    def _wait_op(self) -> None:
+        if self._op is not None and not self._op.done:
+            try:
+                self._engine.wait(self._op)
+            except TransportError:
+                pass  # the op carries its error; _settle raises it
+
+    # ------------------------------------------------------ many requests
+    @staticmethod
+    def _engine_of(requests: Sequence["Request"]) -> Engine | None:
+        return next((r._engine for r in requests if r._op is not None and r._engine is not None), None)
+
+    @classmethod
+    def Waitall(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> bool:
+        cls.waitall(requests, statuses)
+        return True
+
+    @classmethod
+    def waitall(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> list[Any]:
+        engine = cls._engine_of(requests)
+        if engine is not None:
+            try:
+                engine.wait_all([r._op for r in requests if r._op is not None])
+            except TransportError:
+                pass
+        if statuses is not None:
+            while len(statuses) < len(requests):
+                statuses.append(Status())
+        return [r._settle(statuses[i] if statuses is not None else None) for i, r in enumerate(requests)]
+
+    @classmethod
+    def Waitany(cls, requests: Sequence["Request"], status: Status | None = None) -> int:
+        return cls.waitany(requests, status)[0]
+
+    @classmethod
+    def waitany(cls, requests: Sequence["Request"], status: Status | None = None) -> tuple[int, Any]:
+        active = [(i, r) for i, r in enumerate(requests) if r]
+        if not active:
+            return UNDEFINED, None
+        ready = [i for i, r in active if r._done()]
+        if not ready:
+            engine = cls._engine_of([r for _, r in active])
+            k = engine.wait_any([r._op for _, r in active])
+            ready = [active[k][0]]
+        index = ready[0]
+        return index, requests[index]._settle(status)
+
+    @classmethod
+    def Waitsome(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> list[int] | None:
+        index, _ = cls.waitany(requests)
+        if index == UNDEFINED:
+            return None
+        done = [index] + [i for i, r in enumerate(requests) if r and r._done()]
+        for i in done[1:]:
+            requests[i]._settle(None)
+        return done
+
+    @classmethod
+    def Testall(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> bool:
+        return cls.testall(requests, statuses)[0]
+
+    @classmethod
+    def testall(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> tuple[bool, list[Any] | None]:
+        if not all(r._done() for r in requests):
+            return False, None
+        return True, cls.waitall(requests, statuses)
+
+    @classmethod
+    def Testany(cls, requests: Sequence["Request"], status: Status | None = None) -> tuple[int, bool]:
+        index, flag, _ = cls.testany(requests, status)
+        return index, flag
+
+    @classmethod
+    def testany(cls, requests: Sequence["Request"], status: Status | None = None) -> tuple[int, bool, Any]:
+        active = [(i, r) for i, r in enumerate(requests) if r]
+        if not active:
+            return UNDEFINED, True, None
+        for i, r in active:
+            if r._done():
+                return i, True, r._settle(status)
+        return UNDEFINED, False, None
+
+    @classmethod
+    def Testsome(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> list[int] | None:
+        if not any(requests):
+            return None
+        done = [i for i, r in enumerate(requests) if r and r._done()]
+        for i in done:
+            requests[i]._settle(None)
+        return done
+
+    def __repr__(self) -> str:
+        return f"<fmpi.MPI.Request {'done' if self._done() else 'pending'}>"
+
+
+REQUEST_NULL = Request()

@@ -1,0 +1,119 @@
+"""Process-wide MPI state: initialization, the predefined communicators, finalization, abort.
+
+As with mpi4py, importing ``fmpi.MPI`` initializes: under fmpirun (or any
+launcher that set the rank environment) the rank joins its job; otherwise it
+is a world of one, so scripts still run with plain ``python``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import socket
+import sys
+import threading
+import time
+import traceback
+from typing import TYPE_CHECKING
+
+from ..transport.engine import Engine
+
+if TYPE_CHECKING:
+    from ..launcher.bootstrap import RankSession
+    from .intracomm import Intracomm
+
+WORLD_CONTEXT = 0
+SELF_CONTEXT = 2
+
+
+class _State:
+    session: "RankSession | None" = None
+    engine: Engine | None = None
+    world: "Intracomm | None" = None
+    self_comm: "Intracomm | None" = None
+    initialized = False
+    finalized = False
+    lock = threading.Lock()
+
+
+state = _State()
+
+
+def initialize() -> None:
+    """Join the job (or become a world of one). Idempotent."""
+    from ..launcher.bootstrap import join
+    from ..launcher.rankspec import RankSpec, SpecError
+    from ..relay.client import RelayError
+    from .intracomm import Intracomm
+
+    with state.lock:
+        if state.initialized:
+            return
+        try:
+            spec = RankSpec.from_env()
+            if spec is not None:
+                state.session = join(spec)
+                state.engine = state.session.engine
+            else:
+                state.engine = Engine(0, 1, os.urandom(16), lambda _rank: [], None)
+        except (SpecError, RelayError) as exc:
+            where = os.environ.get("FMPI_RANK", "?")
+            print(f"fmpi: rank {where}: cannot join the job: {exc}", file=sys.stderr)
+            sys.stderr.flush()
+            os._exit(1)  # not SystemExit: nothing else in this process can work
+        engine = state.engine
+        state.world = Intracomm(engine, tuple(range(engine.size)), WORLD_CONTEXT, "MPI_COMM_WORLD")
+        state.self_comm = Intracomm(engine, (engine.rank,), SELF_CONTEXT, "MPI_COMM_SELF")
+        state.initialized = True
+        atexit.register(finalize)
+        if state.session is not None:
+            _install_excepthook()
+
+
+def finalize() -> None:
+    with state.lock:
+        if state.finalized or not state.initialized:
+            return
+        state.finalized = True
+    sys.stdout.flush()
+    if state.session is not None:
+        state.session.finalize(0)
+    elif state.engine is not None:
+        state.engine.close()
+
+
+def abort(code: int, reason: str) -> None:
+    """End every rank of the job with exit status `code`."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if state.session is not None:
+        state.session.abort(code, reason)
+    os._exit(code)
+
+
+def _install_excepthook() -> None:
+    # An uncaught exception on one rank would leave the others blocked on it
+    # forever: print it, then abort the job (what `python -m mpi4py` does).
+    previous = sys.excepthook
+
+    def hook(kind, value, tb) -> None:
+        if issubclass(kind, KeyboardInterrupt):
+            previous(kind, value, tb)
+        else:
+            traceback.print_exception(kind, value, tb)
+        rank = state.engine.rank if state.engine is not None else "?"
+        abort(1, f"uncaught {kind.__name__} on rank {rank}: {value}")
+
+    sys.excepthook = hook
+
+
+def wtime() -> float:
+    return time.perf_counter()
+
+
+def wtick() -> float:
+    return time.get_clock_info("perf_counter").resolution
+
+
+def processor_name() -> str:
+    return socket.gethostname()

@@ -1,0 +1,126 @@
+"""The launcher's view of a job: create it at the relay and follow its events."""
+
+from __future__ import annotations
+
+import secrets
+import socket
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..relay.client import Aborted, RelayConnection, RelayError
+from ..relay.protocol import Kind
+from .rankspec import RankSpec
+
+
+@dataclass
+class JobState:
+    joined: set[int] = field(default_factory=set)
+    world_seconds: float | None = None
+    finished: dict[int, int] = field(default_factory=dict)  # rank -> exit code it reported
+    lost: set[int] = field(default_factory=set)
+    abort: Aborted | None = None
+    failure: RelayError | None = None
+
+
+class Job:
+    """A job created at a relay; a daemon thread follows its events."""
+
+    def __init__(
+        self,
+        relay_url: str,
+        size: int,
+        fill_timeout: float,
+        on_output: Callable[[int, str, str], None] | None = None,
+        on_event: Callable[[str, dict], None] | None = None,
+    ) -> None:
+        self.relay_url = relay_url
+        self.size = size
+        self.fill_timeout = fill_timeout
+        self.id = "j" + secrets.token_hex(8)
+        self.token = secrets.token_urlsafe(24)
+        self.state = JobState()
+        self._cond = threading.Condition()
+        self._on_output = on_output
+        self._on_event = on_event
+        self._conn = RelayConnection(relay_url)
+        self._conn.send(Kind.CREATE, {"job": self.id, "token": self.token, "size": size, "fill_timeout": fill_timeout})
+        try:
+            self._conn.expect(Kind.CREATED, timeout=10.0)
+        except socket.timeout:
+            raise RelayError(f"the relay at {relay_url} did not answer", "timeout") from None
+        self._closed = False
+        self.on_change: Callable[[], None] | None = None  # called after every state change
+        self._thread = threading.Thread(target=self._follow, name="fmpi-job-events", daemon=True)
+        self._thread.start()
+
+    def spec(self, rank: int) -> RankSpec:
+        return RankSpec(self.id, rank, self.size, self.relay_url, self.token, fill_timeout=self.fill_timeout)
+
+    def abort(self, code: int, reason: str) -> None:
+        try:
+            self._conn.send(Kind.ABORT, {"code": code, "reason": reason})
+        except RelayError:
+            pass
+
+    def end(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._conn.send(Kind.END, {"job": self.id})
+        except RelayError:
+            pass
+        self._conn.close()
+
+    def wait(self, predicate: Callable[[JobState], bool], timeout: float | None) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: predicate(self.state), timeout)
+
+    def _follow(self) -> None:
+        while True:
+            try:
+                kind, body = self._conn.recv(timeout=None)
+            except Aborted as exc:
+                self._update(lambda s, exc=exc: setattr(s, "abort", exc))
+                continue
+            except RelayError as exc:
+                if not self._closed:
+                    self._update(lambda s, exc=exc: setattr(s, "failure", exc))
+                return
+            except OSError:
+                return
+            if kind is not Kind.EVENT:
+                continue
+            kind_name = body.get("type")
+            if kind_name == "output" and self._on_output is not None:
+                self._on_output(body["rank"], body["stream"], body["data"])
+                continue
+            self._update(lambda s: _apply(s, kind_name, body))
+            if self._on_event is not None:
+                self._on_event(kind_name, body)
+
+    def _update(self, change: Callable[[JobState], None]) -> None:
+        with self._cond:
+            change(self.state)
+            self._cond.notify_all()
+        if self.on_change is not None:
+            self.on_change()
+
+
+def _apply(state: JobState, kind: str, body: dict) -> None:
+    if kind == "joined":
+        state.joined.add(body["rank"])
+    elif kind == "left":
+        state.joined.discard(body["rank"])
+    elif kind == "world":
+        state.world_seconds = body["seconds"]
+    elif kind == "finished":
+        state.finished[body["rank"]] = body["code"]
+    elif kind == "lost":
+        state.lost.add(body["rank"])
+
+
+def log(message: str) -> None:
+    print(f"fmpirun: {message}", file=sys.stderr, flush=True)

@@ -1,0 +1,229 @@
+"""The local backend: N rank processes on this machine.
+
+Each rank is the user's command with the rank's ``RankSpec`` in its
+environment and the mpi4py shim on its PYTHONPATH; importing MPI then joins
+the job through the same bootstrap a Lambda rank uses. Output is streamed
+line by line (optionally tagged with the rank). The first rank to fail ends
+the job: the others get an abort through the relay, and whatever is still
+alive after a grace period is killed, process group and all.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from .job import Job, log
+
+SHIM_DIR = str(Path(__file__).parent / "shim")
+KILL_GRACE = 2.0  # seconds between asking ranks to stop and killing them
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass
+class Outcome:
+    code: int
+    message: str | None = None
+
+
+def _die_with_parent() -> None:
+    # Runs in the child between fork and exec: if fmpirun is killed outright,
+    # the kernel kills the rank too, so no rank outlives its launcher.
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
+def rank_environment(job: Job, rank: int, base: dict[str, str]) -> dict[str, str]:
+    env = dict(base)
+    env.update(job.spec(rank).to_env())
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (SHIM_DIR, _fmpi_root(), base.get("PYTHONPATH", "")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _fmpi_root() -> str:
+    """The directory holding the fmpi package, so ranks import the same fmpi as the launcher."""
+    return str(Path(__file__).resolve().parents[2])
+
+
+class OutputPump:
+    """Copies the ranks' stdout/stderr to ours, a line at a time, on one thread."""
+
+    def __init__(self, tag_output: bool) -> None:
+        self._tag = tag_output
+        self._sel = selectors.DefaultSelector()
+        self._partial: dict[int, bytes] = {}
+        self._open = 0
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="fmpirun-output", daemon=True)
+
+    def add(self, rank: int, pipe: BinaryIO, sink: BinaryIO) -> None:
+        os.set_blocking(pipe.fileno(), False)
+        self._sel.register(pipe, selectors.EVENT_READ, (rank, sink))
+        self._open += 1
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while self._open:
+            for key, _ in self._sel.select():
+                rank, sink = key.data
+                pipe = key.fileobj
+                try:
+                    data = pipe.read(65536)
+                except BlockingIOError:
+                    continue
+                if not data:
+                    self._sel.unregister(pipe)
+                    self._open -= 1
+                    rest = self._partial.pop(pipe.fileno(), b"")
+                    if rest:
+                        self._write(sink, rank, rest + b"\n")
+                    continue
+                data = self._partial.pop(pipe.fileno(), b"") + data
+                cut = data.rfind(b"\n") + 1
+                if cut < len(data):
+                    self._partial[pipe.fileno()] = data[cut:]
+                if cut:
+                    self._write(sink, rank, data[:cut])
+
+    def _write(self, sink: BinaryIO, rank: int, lines: bytes) -> None:
+        if self._tag:
+            prefix = f"[{rank}] ".encode()
+            lines = b"".join(prefix + line for line in lines.splitlines(keepends=True))
+        with self._lock:
+            sink.write(lines)
+            sink.flush()
+
+
+def run_local(job: Job, command: list[str], tag_output: bool) -> Outcome:
+    pump = OutputPump(tag_output)
+    procs: list[subprocess.Popen] = []
+    base = dict(os.environ)
+    try:
+        for rank in range(job.size):
+            proc = subprocess.Popen(
+                command,
+                env=rank_environment(job, rank, base),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,  # Ctrl-C reaches fmpirun, which stops the ranks in order
+                preexec_fn=_die_with_parent,
+            )
+            procs.append(proc)
+            pump.add(rank, proc.stdout, sys.stdout.buffer)
+            pump.add(rank, proc.stderr, sys.stderr.buffer)
+    except OSError as exc:
+        _kill(procs)
+        return Outcome(127, f"cannot start {command[0]!r}: {exc.strerror or exc}")
+    pump.start()
+    try:
+        outcome = _supervise(job, procs)
+    except KeyboardInterrupt:
+        _terminate(procs)
+        outcome = Outcome(130, "interrupted; all ranks stopped")
+    pump.join(timeout=5)
+    return outcome
+
+
+def _supervise(job: Job, procs: list[subprocess.Popen]) -> Outcome:
+    """Wait for the ranks; the first failure (or a job failure at the relay) ends all of them."""
+    wake = threading.Condition()
+    exited: dict[int, int] = {}
+
+    def reap(rank: int, proc: subprocess.Popen) -> None:
+        code = proc.wait()
+        with wake:
+            exited[rank] = code
+            wake.notify()
+
+    def on_change() -> None:
+        with wake:
+            wake.notify()
+
+    job.on_change = on_change
+    for rank, proc in enumerate(procs):
+        threading.Thread(target=reap, args=(rank, proc), name=f"fmpirun-reap-{rank}", daemon=True).start()
+
+    failure: Outcome | None = None
+    kill_at: float | None = None
+    seen: set[int] = set()
+    with wake:
+        while len(exited) < len(procs):
+            for rank in sorted(set(exited) - seen):
+                seen.add(rank)
+                code = exited[rank]
+                if code != 0 and failure is None:
+                    failure = Outcome(_exit_status(code), _describe_exit(rank, code, job))
+                    job.abort(_exit_status(code), f"rank {rank} failed")
+                    kill_at = time.monotonic() + KILL_GRACE
+            state = job.state
+            if failure is None and state.failure is not None:
+                failure = Outcome(1, str(state.failure))
+                kill_at = time.monotonic()
+            if failure is None and state.abort is not None:
+                failure = Outcome(state.abort.exit_code, str(state.abort))
+                kill_at = time.monotonic() + KILL_GRACE
+            if kill_at is not None and time.monotonic() >= kill_at:
+                _kill([p for r, p in enumerate(procs) if r not in exited], wait=False)
+                kill_at = None
+            if len(exited) < len(procs):
+                wake.wait(None if kill_at is None else max(0.0, kill_at - time.monotonic()))
+    return failure or Outcome(0)
+
+
+def _exit_status(code: int) -> int:
+    return 128 - code if code < 0 else code
+
+
+def _describe_exit(rank: int, code: int, job: Job) -> str:
+    if job.state.abort is not None and job.state.abort.rank == rank:
+        return f"rank {rank} called Abort: {job.state.abort.reason} (exit status {job.state.abort.exit_code})"
+    if code < 0:
+        return f"rank {rank} was killed by signal {signal.Signals(-code).name}"
+    return f"rank {rank} exited with status {code}"
+
+
+def _terminate(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        _signal_group(p, signal.SIGTERM)
+    deadline = time.monotonic() + KILL_GRACE
+    for p in procs:
+        try:
+            p.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    _kill(procs)
+
+
+def _kill(procs: list[subprocess.Popen], wait: bool = True) -> None:
+    for p in procs:
+        _signal_group(p, signal.SIGKILL)
+    for p in procs if wait else ():
+        try:
+            p.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,0 +1,65 @@
+"""Transport-level operation handles. The API layer wraps these in ``MPI.Request``."""
+
+from __future__ import annotations
+
+
+class TransportError(Exception):
+    """An operation cannot complete: a peer died, finalized, or the job aborted."""
+
+    def __init__(self, message: str, error_class: str = "ERR_OTHER") -> None:
+        super().__init__(message)
+        self.error_class = error_class
+
+
+class Op:
+    """Base of a pending send or receive. Completion is guarded by the engine's condition."""
+
+    __slots__ = ("done", "error", "cancelled")
+
+    def __init__(self) -> None:
+        self.done = False
+        self.error: TransportError | None = None
+        self.cancelled = False
+
+
+class SendOp(Op):
+    __slots__ = ("dest", "seq", "sync", "nbytes")
+
+    def __init__(self, dest: int, nbytes: int, sync: bool) -> None:
+        super().__init__()
+        self.dest = dest
+        self.nbytes = nbytes
+        self.sync = sync
+        self.seq = -1
+
+
+class RecvOp(Op):
+    """A posted receive. `source`/`tag` are the pattern; `status_*` what matched."""
+
+    __slots__ = ("context", "source", "tag", "buffer", "payload", "status_source", "status_tag", "nbytes")
+
+    def __init__(self, context: int, source: int, tag: int, buffer: memoryview | None) -> None:
+        super().__init__()
+        self.context = context
+        self.source = source
+        self.tag = tag
+        self.buffer = buffer  # destination bytes, or None: the engine allocates `payload`
+        self.payload: memoryview | bytearray | None = None
+        self.status_source = -1
+        self.status_tag = -1
+        self.nbytes = 0
+
+
+class Arrived:
+    """A message that arrived before anyone asked for it (the unexpected queue)."""
+
+    __slots__ = ("context", "source", "tag", "payload", "sync")
+
+    def __init__(self, context: int, source: int, tag: int, payload: bytearray, sync: "int | SendOp | None") -> None:
+        self.context = context
+        self.source = source
+        self.tag = tag
+        self.payload = payload
+        # The sender waits until this is matched: the seq to ACK to a remote
+        # sender, or the SendOp itself for a synchronous send to self.
+        self.sync = sync
