@@ -208,6 +208,16 @@ class Engine:
             self._complete_locked(op)
             return True
 
+    def new_op(self) -> Op:
+        """An op completed by code above the transport (e.g. a collective running in the background)."""
+        return Op()
+
+    def finish_op(self, op: Op, error: TransportError | None = None) -> None:
+        """Complete an op from ``new_op``; waiters on it (wait, wait_any) wake up."""
+        with self._lock:
+            op.error = error
+            self._complete_locked(op)
+
     def fail(self, error: TransportError) -> None:
         """Fail every pending and future operation (job aborted, relay lost, ...)."""
         with self._lock:
