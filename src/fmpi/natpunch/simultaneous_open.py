@@ -6,9 +6,10 @@ How ranks use it
    relay from it.  The relay reports the address it saw: the rank's public
    endpoint.  Behind a port-preserving NAT (AWS Lambda) the public port
    equals the local port.
-2. Optionally the rank also opens a listener on the same port with
-   :func:`make_listener` (same SO_REUSEADDR + SO_REUSEPORT options), so peers
-   that can reach it directly (same LAN, or it is public) get accepted.
+2. The rank should also keep a listener on the same port
+   (:func:`make_listener`, same SO_REUSEADDR + SO_REUSEPORT options) and
+   pass it to :func:`punch_many`; otherwise punch_many opens a temporary one.
+   Directly reachable peers (public, same LAN) need it, see below.
 3. Ranks exchange candidate endpoints through the relay (e.g. the LAN
    address and the public address) and call :func:`punch_many` at roughly
    the same time.  Every side connect()s from the shared local port to each
@@ -17,29 +18,37 @@ How ranks use it
    own NAT; the second side's SYN then matches that mapping, is let in, and
    meets a socket in SYN_SENT: the kernel completes a TCP simultaneous open
    (SYN_SENT -> SYN_RECV -> ESTABLISHED on both ends).  One TCP connection,
-   seen from both sides.
+   seen from both sides.  Since every rank uses one port, two ranks share
+   at most one connection per (address, address) pair.
 
 What Linux does (measured in the namespace NAT lab, kernel 6.x):
 
-* Two sockets may share a local ip:port if both set SO_REUSEADDR *and*
-  SO_REUSEPORT (a listener on the port needs SO_REUSEPORT on every socket;
-  SO_REUSEADDR alone is not enough).  All must belong to the same uid.
-* connect() to a 4-tuple that is already used by another socket (a still
-  pending attempt, an established or accepted connection, or TIME_WAIT)
-  fails *immediately* with EADDRNOTAVAIL.  So an attempt cannot be
-  re-issued while the previous one to the same endpoint is alive: it must
-  be closed first (closing a SYN_SENT socket sends nothing and leaves no
-  TIME_WAIT, so the 4-tuple is free at once).
-* A peer that is reachable but has no socket on the port answers RST:
-  ECONNREFUSED within one RTT.  This is the normal case when a public peer
-  has not started punching yet, so refused attempts are retried after
-  100-250 ms (jittered).
-* An incoming SYN is matched against sockets in SYN_SENT (full 4-tuple)
-  before listeners, so if both sides are punching the result is a
-  simultaneous open on the connecting sockets; only if the local side has
-  no attempt to that exact endpoint does a listener on the port get it.
-* ICMP unreachable in SYN_SENT aborts the attempt at once (EHOSTUNREACH /
-  ENETUNREACH), e.g. a peer's private address that is not routable here.
+* Sockets may share a local ip:port if all set SO_REUSEADDR *and*
+  SO_REUSEPORT (SO_REUSEADDR alone: EADDRINUSE next to a listener).  All
+  must belong to the same uid.
+* connect() to a 4-tuple that a live socket already uses (a pending
+  attempt, or an established/accepted connection, even one still waiting
+  in a listener's accept queue) fails *immediately* with EADDRNOTAVAIL.  So
+  an attempt cannot be re-issued while the previous one to the same
+  endpoint is alive: close it first (closing a SYN_SENT socket sends
+  nothing and leaves no TIME_WAIT, so the 4-tuple is free at once).  A
+  4-tuple in TIME_WAIT, however, is reused by an explicitly bound socket
+  (TCP timestamps on), so re-punching a pair after a close works.
+* A host with no socket for the SYN answers RST: ECONNREFUSED within one
+  RTT.  Normal while a public peer has not started yet, so refused
+  attempts are retried after 100-250 ms (jittered).  But an attempt killed
+  by RST is gone: two public peers without listeners keep refusing each
+  other (they only connect if their attempts overlap within one RTT: 0 of
+  6 runs in the lab), hence the listener.  For the same reason a NAT that
+  answers unsolicited SYNs with RST instead of dropping them defeats
+  punching completely (lab: cone<->cone with a RSTing gateway fails).
+* An incoming SYN is matched against a socket in SYN_SENT for the exact
+  4-tuple before any listener, so if both sides are punching the result is
+  a simultaneous open on the connecting sockets; only if the local side has
+  no attempt to that endpoint (yet) does the listener get it.
+* ICMP unreachable in SYN_SENT aborts the attempt (ENETUNREACH /
+  EHOSTUNREACH), e.g. for a peer's private address routed nowhere; routers
+  rate-limit these ICMPs, so later attempts simply go unanswered.
 * A SYN dropped silently by a NAT leaves the attempt in SYN_SENT; the kernel
   would retransmit after 1 s, 3 s, 7 s, ...  We re-issue a silent attempt
   ourselves every ``attempt_timeout`` (default 1 s) so SYNs keep flowing at

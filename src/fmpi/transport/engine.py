@@ -92,6 +92,7 @@ class Engine:
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._todo: list[Callable[[], None]] = []
+        self._todo_lock = threading.Lock()
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._timer_ids = itertools.count()
         self._stopping = False
@@ -533,14 +534,17 @@ class Engine:
                 pass
         except BlockingIOError:
             pass
-        with self._lock:
+        with self._todo_lock:
             todo, self._todo = self._todo, []
         for fn in todo:
             fn()
 
     def _run_in_loop(self, fn: Callable[[], None]) -> None:
-        """Selector changes happen only on the progress thread; others queue them here."""
-        with self._lock:
+        """Selector changes happen only on the progress thread; others queue them here.
+
+        Callable with or without ``_lock`` held: the queue has its own lock.
+        """
+        with self._todo_lock:
             self._todo.append(fn)
         try:
             os.write(self._wake_w, b"x")

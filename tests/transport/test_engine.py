@@ -1,0 +1,194 @@
+"""The progress engine over real loopback sockets: link set-up, authentication, failures.
+
+Several engines run in one test process (one per rank); every byte still
+crosses a real TCP connection through the kernel.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+
+import numpy as np
+import pytest
+
+from fmpi.transport.engine import Engine
+from fmpi.transport.frames import Kind, pack_header
+from fmpi.transport.handshake import HELLO, MAGIC, VERSION, Verdict, connect_side
+from fmpi.transport.requests import TransportError
+
+SECRET = b"s" * 32
+
+
+def _listener() -> socket.socket:
+    return socket.create_server(("127.0.0.1", 0), backlog=64)
+
+
+@pytest.fixture
+def world():
+    """world(n, secrets=None) -> list of engines wired to each other's listeners."""
+    made: list[Engine] = []
+
+    def make(n: int, secrets: list[bytes] | None = None, **options) -> list[Engine]:
+        listeners = [_listener() for _ in range(n)]
+        endpoints = [l.getsockname() for l in listeners]
+        engines = [
+            Engine(r, n, (secrets or [SECRET] * n)[r], lambda peer: [endpoints[peer]], listeners[r], **options)
+            for r in range(n)
+        ]
+        made.extend(engines)
+        return engines
+
+    yield make
+    for e in made:
+        e.abandon()
+
+
+def _b(data: bytes) -> list[memoryview]:
+    return [memoryview(data)]
+
+
+def test_crossing_first_sends_settle_on_one_link_each_way(world):
+    a, b = world(2)
+    # Both ranks open the link at the same moment: the tie-break must keep one connection.
+    sa, sb = a.isend(1, 0, 1, _b(b"from a")), b.isend(0, 0, 1, _b(b"from b"))
+    ra, rb = a.irecv(1, 0, 1, None), b.irecv(0, 0, 1, None)
+    for engine, op in ((a, sa), (b, sb), (a, ra), (b, rb)):
+        engine.wait(op, timeout=10)
+    assert bytes(ra.payload) == b"from b" and bytes(rb.payload) == b"from a"
+    assert a.link_summary() == {"linked": 1} and b.link_summary() == {"linked": 1}
+
+
+def test_links_are_lazy(world):
+    engines = world(5)
+    engines[0].wait(engines[0].isend(3, 0, 0, _b(b"x")), timeout=10)
+    engines[3].wait(engines[3].irecv(0, 0, 0, None), timeout=10)
+    assert engines[0].link_summary() == {"linked": 1}
+    assert engines[1].link_summary() == {} and engines[2].link_summary() == {}
+
+
+def test_large_buffer_lands_in_the_posted_buffer(world):
+    a, b = world(2)
+    data = np.random.default_rng(1).random(3_000_000)
+    out = np.empty_like(data)
+    recv = b.irecv(0, 0, 9, memoryview(out).cast("B"))
+    send = a.isend(1, 0, 9, [memoryview(data).cast("B")])
+    b.wait(recv, timeout=30)
+    a.wait(send, timeout=30)
+    assert np.array_equal(out, data) and recv.nbytes == data.nbytes and recv.payload is None
+
+
+def test_truncation_is_an_error_not_a_silent_cut(world):
+    a, b = world(2)
+    a.isend(1, 0, 1, _b(b"0123456789"))
+    small = bytearray(4)
+    recv = b.irecv(0, 0, 1, memoryview(small))
+    with pytest.raises(TransportError, match="truncated") as info:
+        b.wait(recv, timeout=10)
+    assert info.value.error_class == "ERR_TRUNCATE"
+
+
+def test_synchronous_send_waits_for_the_match(world):
+    a, b = world(2)
+    send = a.isend(1, 0, 4, _b(b"sync"), sync=True)
+    time.sleep(0.3)
+    assert not send.done  # delivered, but nobody has matched it yet
+    b.wait(b.irecv(0, 0, 4, None), timeout=10)
+    a.wait(send, timeout=10)
+
+
+def test_cancel_unmatched_receive(world):
+    a, b = world(2)
+    recv = b.irecv(0, 0, 77, None)
+    assert b.cancel(recv) and recv.cancelled and recv.done
+    a.wait(a.isend(1, 0, 77, _b(b"late")), timeout=10)
+    assert b.probe(0, 0, 77, timeout=10) == (0, 77, 4)  # the message is still there for others
+
+
+def test_wrong_secret_peer_is_refused(world):
+    a, b = world(2, secrets=[SECRET, b"t" * 32])
+    send = a.isend(1, 0, 0, _b(b"hi"))
+    with pytest.raises(TransportError, match="authentication"):
+        a.wait(send, timeout=10)
+
+
+def test_stranger_cannot_inject_and_engine_keeps_working(world):
+    a, b = world(2)
+    host, port = b._listener.getsockname()
+    # 1) garbage instead of a HELLO
+    with socket.create_connection((host, port)) as s:
+        s.sendall(b"GET / HTTP/1.1\r\n\r\n" + bytes(64))
+        s.settimeout(5)
+        try:
+            answer = s.recv(100)
+        except ConnectionResetError:  # closed with our surplus bytes unread
+            answer = b""
+        assert answer == b""
+    # 2) a well-formed HELLO claiming rank 0, without knowing the secret
+    with socket.create_connection((host, port)) as s:
+        s.settimeout(5)
+        verdict = None
+        with pytest.raises(Exception, match="authentication"):
+            verdict = connect_side(s, b"wrong" * 8, 0, 1)
+        assert verdict is None
+    # the real rank 0 still gets through
+    a.isend(1, 0, 3, _b(b"real"))
+    recv = b.irecv(0, 0, 3, None)
+    b.wait(recv, timeout=10)
+    assert bytes(recv.payload) == b"real"
+
+
+def test_peer_death_fails_pending_receive_quickly(world):
+    a, b = world(2)
+    a.wait(a.isend(1, 0, 0, _b(b"hello")), timeout=10)
+    b.wait(b.irecv(0, 0, 0, None), timeout=10)
+    pending = b.irecv(0, 0, 1, None)
+    a.abandon()  # like a crash: sockets close without BYE
+    start = time.monotonic()
+    with pytest.raises(TransportError, match="closed its connection unexpectedly"):
+        b.wait(pending, timeout=10)
+    assert time.monotonic() - start < 5
+    with pytest.raises(TransportError):
+        b.isend(0, 0, 0, _b(b"into the void"))
+
+
+def test_finalized_peer_is_reported_as_such(world):
+    a, b = world(2)
+    a.wait(a.isend(1, 0, 0, _b(b"last words")), timeout=10)
+    a.close(timeout=5)
+    got = b.irecv(0, 0, 0, None)
+    b.wait(got, timeout=10)  # data sent before finalize is never lost
+    assert bytes(got.payload) == b"last words"
+    with pytest.raises(TransportError, match="finalized") as info:
+        b.wait(b.irecv(0, 0, 1, None), timeout=10)
+    assert info.value.error_class == "ERR_PEER_FINALIZED"
+
+
+def test_malformed_frame_from_a_member_closes_only_that_link(world):
+    a, b, c = world(3)
+    host, port = b._listener.getsockname()
+    pending = b.irecv(0, 0, 5, None)
+    # Rank 0 authenticates properly, then sends a frame with an impossible kind.
+    s = socket.create_connection((host, port))
+    s.settimeout(5)
+    assert connect_side(s, SECRET, 0, 1) is Verdict.ACCEPT
+    s.sendall(bytes([200]) + pack_header(Kind.DATA, 0, 0, 5, 0, 0, 0)[1:])
+    with pytest.raises(TransportError, match="unknown frame kind"):
+        b.wait(pending, timeout=10)
+    s.close()
+    # other peers are unaffected
+    c.isend(1, 0, 6, _b(b"fine"))
+    ok = b.irecv(2, 0, 6, None)
+    b.wait(ok, timeout=10)
+    assert bytes(ok.payload) == b"fine"
+
+
+def test_hello_for_another_rank_is_refused(world):
+    a, b = world(2)
+    host, port = b._listener.getsockname()
+    with socket.create_connection((host, port)) as s:
+        s.settimeout(5)
+        s.sendall(HELLO.pack(MAGIC, VERSION, 0, 7, bytes(16)))
+        verdict = struct.unpack("<B", s.recv(1))[0]
+        assert verdict == Verdict.WRONG_RANK
