@@ -118,6 +118,7 @@ class RelayServer:
         self.max_backlog = max_backlog
         self.jobs: dict[str, Job] = {}
         self._server: asyncio.base_events.Server | None = None
+        self._handlers: dict[asyncio.Task, Connection] = {}
 
     @property
     def address(self) -> tuple[str, int]:
@@ -138,11 +139,16 @@ class RelayServer:
             self._end_job(job, abort_reason="the relay is shutting down")
         if self._server is not None:
             self._server.close()
-            await self._server.wait_closed()
+        # Drop every connection; handlers then end on their own (no cancellation).
+        for conn in self._handlers.values():
+            conn.writer.transport.abort()
+        await asyncio.gather(*self._handlers, return_exceptions=True)
 
     # ----------------------------------------------------------- connections
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = Connection(reader, writer, self.max_backlog, writer.get_extra_info("peername")[:2])
+        task = asyncio.current_task()
+        self._handlers[task] = conn
         role: Job | Member | None = None
         job: Job | None = None
         try:
@@ -166,6 +172,7 @@ class RelayServer:
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
             pass
         finally:
+            self._handlers.pop(task, None)
             if job is not None:
                 self._disconnected(job, role)
             conn.close()
@@ -340,6 +347,7 @@ class RelayThread:
                 return
             ready.set()
             self._loop.run_forever()
+            self._loop.close()
 
         self._thread = threading.Thread(target=run, name="fmpi-relay", daemon=True)
         self._thread.start()
