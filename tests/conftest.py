@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests_support import fmpirun_argv
+
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
@@ -32,10 +34,6 @@ def _script(tmp_path: Path, source: str, name: str = "prog.py") -> Path:
     path = tmp_path / name
     path.write_text(textwrap.dedent(source))
     return path
-
-
-def fmpirun_argv(*args: str) -> list[str]:
-    return [str(BIN / "fmpirun"), *args]
 
 
 def run_fmpi(n: int, script: Path, *args: str, extra: tuple[str, ...] = (), timeout: float = 120, env=None) -> Run:

@@ -162,6 +162,7 @@ def _supervise(job: Job, procs: list[subprocess.Popen]) -> Outcome:
         threading.Thread(target=reap, args=(rank, proc), name=f"fmpirun-reap-{rank}", daemon=True).start()
 
     failure: Outcome | None = None
+    failed_rank = -1
     kill_at: float | None = None
     seen: set[int] = set()
     with wake:
@@ -170,7 +171,8 @@ def _supervise(job: Job, procs: list[subprocess.Popen]) -> Outcome:
                 seen.add(rank)
                 code = exited[rank]
                 if code != 0 and failure is None:
-                    failure = Outcome(_exit_status(code), _describe_exit(rank, code, job))
+                    failure = Outcome(_exit_status(code))
+                    failed_rank = rank
                     job.abort(_exit_status(code), f"rank {rank} failed")
                     kill_at = time.monotonic() + KILL_GRACE
             state = job.state
@@ -185,6 +187,11 @@ def _supervise(job: Job, procs: list[subprocess.Popen]) -> Outcome:
                 kill_at = None
             if len(exited) < len(procs):
                 wake.wait(None if kill_at is None else max(0.0, kill_at - time.monotonic()))
+    if failure is not None and failure.message is None:
+        # Described only now: a rank's own abort reason reaches the relay (and
+        # so us) a moment after its process exits.
+        job.wait(lambda s: s.abort is not None, timeout=0.5)
+        failure.message = _describe_exit(failed_rank, exited[failed_rank], job)
     return failure or Outcome(0)
 
 
@@ -193,8 +200,9 @@ def _exit_status(code: int) -> int:
 
 
 def _describe_exit(rank: int, code: int, job: Job) -> str:
-    if job.state.abort is not None and job.state.abort.rank == rank:
-        return f"rank {rank} called Abort: {job.state.abort.reason} (exit status {job.state.abort.exit_code})"
+    abort = job.state.abort
+    if abort is not None and abort.rank == rank:
+        return f"{abort} (exit status {abort.exit_code})"
     if code < 0:
         return f"rank {rank} was killed by signal {signal.Signals(-code).name}"
     return f"rank {rank} exited with status {code}"

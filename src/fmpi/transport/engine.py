@@ -93,6 +93,7 @@ class Engine:
         os.set_blocking(self._wake_w, False)
         self._todo: list[Callable[[], None]] = []
         self._todo_lock = threading.Lock()
+        self._watched: set[socket.socket] = set()  # sockets the caller owns (never closed here)
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._timer_ids = itertools.count()
         self._stopping = False
@@ -228,6 +229,7 @@ class Engine:
 
     def watch(self, sock: socket.socket, on_readable: Callable[[], None]) -> None:
         """Let the progress thread call `on_readable` when `sock` has data (e.g. the relay's control link)."""
+        self._watched.add(sock)
         self._run_in_loop(lambda: self._sel.register(sock, selectors.EVENT_READ, lambda _mask: on_readable()))
 
     def unwatch(self, sock: socket.socket) -> None:
@@ -626,7 +628,7 @@ class Engine:
 
     def _shutdown_loop(self) -> None:
         for key in list(self._sel.get_map().values()):
-            if isinstance(key.fileobj, socket.socket):
+            if isinstance(key.fileobj, socket.socket) and key.fileobj not in self._watched:
                 key.fileobj.close()
         self._sel.close()
         os.close(self._wake_r)

@@ -1,0 +1,238 @@
+"""fmpirun end to end: real launcher, real rank processes, real relay.
+
+Covers the command line's bad input, how failures end a job (exit status,
+message naming the rank), and that no rank process outlives its job.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests_support import fmpirun_argv, pids_alive, wait_for_file
+
+PY = sys.executable
+
+
+def run(*args: str, timeout: float = 60, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(fmpirun_argv(*args), capture_output=True, text=True, timeout=timeout, **kw)
+
+
+# ----------------------------------------------------------------- bad input
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["-n", "0", PY, "-c", "pass"], "-n must be at least 1"),
+        (["-n", "-3", PY, "-c", "pass"], "-n must be at least 1"),
+        ([PY, "-c", "pass"], "the number of ranks is required"),
+        (["-n", "2"], "no program given"),
+        (["-n", "2", PY, "does/not/exist.py"], "script not found: does/not/exist.py"),
+        (["-n", "2", "does_not_exist.py"], "script not found: does_not_exist.py"),
+        (["-n", "2", "no-such-program-xyz"], "program not found: no-such-program-xyz"),
+        (["-n", "2", "--relay", "http://x:1", PY, "-c", "pass"], "unsupported relay URL"),
+        (["-n", "2", "--fill-timeout", "0", PY, "-c", "pass"], "--fill-timeout must be positive"),
+    ],
+)
+def test_bad_command_lines_get_one_clear_error(args, message):
+    result = run(*args)
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.count("error:") == 1
+
+
+def test_unreachable_relay_is_named():
+    result = run("-n", "2", "--relay", "tcp://127.0.0.1:1", PY, "-c", "pass")
+    assert result.returncode == 1
+    assert "cannot reach the relay at tcp://127.0.0.1:1" in result.stderr
+
+
+# ----------------------------------------------------------- normal running
+def test_output_is_streamed_and_tagged(program):
+    prog = program(
+        """
+        from mpi4py import MPI
+        import sys
+        c = MPI.COMM_WORLD
+        print(f"out {c.rank}")
+        print(f"err {c.rank}", file=sys.stderr)
+        """
+    )
+    result = run("-n", "3", "--tag-output", PY, str(prog))
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.splitlines()) == ["[0] out 0", "[1] out 1", "[2] out 2"]
+    assert sorted(result.stderr.splitlines()) == ["[0] err 0", "[1] err 1", "[2] err 2"]
+
+
+def test_bare_script_and_module_forms(program):
+    prog = program("from mpi4py import MPI\nprint(MPI.COMM_WORLD.size)\n")
+    assert run("-n", "2", str(prog)).stdout.split() == ["2", "2"]
+    via_module = subprocess.run(
+        [PY, "-m", "fmpi", "-n", "2", PY, "-c", "from mpi4py import MPI; print(MPI.COMM_WORLD.rank)"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert sorted(via_module.stdout.split()) == ["0", "1"], via_module.stderr
+
+
+def test_script_arguments_reach_the_program(program):
+    prog = program("import sys\nfrom mpi4py import MPI\nprint(sys.argv[1:])\n")
+    result = run("-n", "1", PY, str(prog), "--flag", "value with spaces")
+    assert result.stdout.strip() == "['--flag', 'value with spaces']"
+
+
+def test_mpi4py_import_resolves_to_fmpi_only_under_fmpirun(program):
+    prog = program(
+        """
+        import fmpi.MPI
+        from mpi4py import MPI
+        print(MPI is fmpi.MPI, MPI.Get_library_version().split()[0])
+        """
+    )
+    assert run("-n", "2", PY, str(prog)).stdout.split() == ["True", "fmpi"] * 2
+    # The real mpi4py (installed in this environment as the test reference) is untouched outside fmpirun.
+    real = subprocess.run(
+        [PY, "-c", "from mpi4py import MPI; print(MPI.Get_library_version().split()[0])"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert real.stdout.strip() == "MPICH"
+
+
+def test_plain_python_is_a_world_of_one(program):
+    prog = program(
+        """
+        from fmpi import MPI
+        c = MPI.COMM_WORLD
+        c.send({"x": 1}, dest=0, tag=3)
+        print(c.rank, c.size, c.recv(source=0, tag=3), MPI.Is_initialized())
+        """
+    )
+    result = subprocess.run([PY, str(prog)], capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip() == "0 1 {'x': 1} True", result.stderr
+
+
+# ------------------------------------------------------------------ failures
+BLOCKED_PEERS = """
+import os, sys, time
+from mpi4py import MPI
+c = MPI.COMM_WORLD
+open(os.path.join({pids!r}, str(os.getpid())), "w").close()
+if c.rank == {bad}:
+    time.sleep(0.3)
+    {action}
+c.recv(source={bad})  # everyone else waits on the failing rank forever
+"""
+
+
+@pytest.mark.parametrize(
+    "action, code, message",
+    [
+        ("sys.exit(3)", 3, "rank 1 exited with status 3"),
+        ("raise ValueError('boom')", 1, "uncaught ValueError on rank 1: boom"),
+        ("c.Abort(5)", 5, "job aborted by rank 1"),
+        ("os.kill(os.getpid(), 9)", 137, "rank 1 was killed by signal SIGKILL"),
+        ("os._exit(4)", 4, "rank 1 exited with status 4"),
+    ],
+)
+def test_a_failing_rank_ends_the_job_and_is_named(program, tmp_path, action, code, message):
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    prog = program(BLOCKED_PEERS.format(pids=str(pids), bad=1, action=action))
+    result = run("-n", "4", PY, str(prog), timeout=60)
+    assert result.returncode == code, result.stderr
+    assert message in result.stderr
+    assert len(list(pids.iterdir())) == 4
+    assert not pids_alive(int(p.name) for p in pids.iterdir())
+
+
+def test_a_world_that_never_fills_names_the_missing_rank(program, tmp_path):
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    prog = program(
+        f"""
+        import os, time
+        open(os.path.join({str(pids)!r}, str(os.getpid())), "w").close()
+        if os.environ["FMPI_RANK"] == "1":
+            time.sleep(600)  # never joins
+        from mpi4py import MPI
+        """
+    )
+    result = run("-n", "3", "--fill-timeout", "1", PY, str(prog))
+    assert result.returncode != 0
+    assert "2 of 3 ranks joined; missing ranks: 1" in result.stderr
+    assert not pids_alive(int(p.name) for p in pids.iterdir())
+
+
+def test_ctrl_c_stops_every_rank(program, tmp_path):
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    prog = program(
+        f"""
+        import os, time
+        from mpi4py import MPI
+        open(os.path.join({str(pids)!r}, str(os.getpid())), "w").close()
+        time.sleep(600)
+        """
+    )
+    proc = subprocess.Popen(fmpirun_argv("-n", "3", PY, str(prog)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_file(lambda: len(list(pids.iterdir())) == 3, timeout=30)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert "interrupted" in err
+    assert not pids_alive(int(p.name) for p in pids.iterdir())
+
+
+def test_killing_fmpirun_outright_takes_the_ranks_with_it(program, tmp_path):
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    prog = program(
+        f"""
+        import os, time
+        from mpi4py import MPI
+        open(os.path.join({str(pids)!r}, str(os.getpid())), "w").close()
+        time.sleep(600)
+        """
+    )
+    proc = subprocess.Popen(fmpirun_argv("-n", "2", PY, str(prog)), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_for_file(lambda: len(list(pids.iterdir())) == 2, timeout=30)
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while pids_alive(int(p.name) for p in pids.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not pids_alive(int(p.name) for p in pids.iterdir())
+
+
+# ------------------------------------------------------- joining by hand
+def test_ranks_joined_by_hand_form_one_job(program, tmp_path):
+    prog = program("from mpi4py import MPI\nc = MPI.COMM_WORLD\nprint('sum', c.allreduce(c.rank + 1))\n")
+    host = subprocess.Popen(
+        fmpirun_argv("-n", "2", "--print-join"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        lines = [host.stdout.readline() for _ in range(2)]
+        join_line = lines[1].split()
+        assert join_line[0].startswith("FMPI_TOKEN=") and join_line[1] == "fmpirun"
+        env = dict(os.environ, FMPI_TOKEN=join_line[0].split("=", 1)[1])
+        join_args = join_line[2:-2]  # drop the example "python app.py"
+        ranks = [
+            subprocess.Popen(fmpirun_argv(*join_args, PY, str(prog)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+            for _ in range(2)
+        ]
+        outputs = [r.communicate(timeout=60) for r in ranks]
+        assert [r.returncode for r in ranks] == [0, 0], outputs
+        assert [o[0].strip() for o in outputs] == ["sum 3", "sum 3"]
+        assert host.wait(timeout=30) == 0
+    finally:
+        host.kill()
+
+
+def test_join_without_token_is_refused():
+    result = run("--join", "tcp://127.0.0.1:1", "--job", "j", "--size", "2", PY, "-c", "pass", env={k: v for k, v in os.environ.items() if k != "FMPI_TOKEN"})
+    assert result.returncode == 2 and "set FMPI_TOKEN" in result.stderr
