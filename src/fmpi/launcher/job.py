@@ -20,8 +20,16 @@ class JobState:
     world_seconds: float | None = None
     finished: dict[int, int] = field(default_factory=dict)  # rank -> exit code it reported
     lost: set[int] = field(default_factory=set)
-    abort: Aborted | None = None
+    aborts: list[Aborted] = field(default_factory=list)  # every abort the relay relayed, in order
     failure: RelayError | None = None
+
+    @property
+    def abort(self) -> Aborted | None:
+        return self.aborts[0] if self.aborts else None
+
+    def rank_abort(self) -> Aborted | None:
+        """The first abort a rank asked for (the launcher's own aborts are consequences, not causes)."""
+        return next((a for a in self.aborts if a.rank is not None), None)
 
 
 class Job:
@@ -83,7 +91,7 @@ class Job:
             try:
                 kind, body = self._conn.recv(timeout=None)
             except Aborted as exc:
-                self._update(lambda s, exc=exc: setattr(s, "abort", exc))
+                self._update(lambda s, exc=exc: s.aborts.append(exc))
                 continue
             except RelayError as exc:
                 if not self._closed:

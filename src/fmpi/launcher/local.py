@@ -188,10 +188,15 @@ def _supervise(job: Job, procs: list[subprocess.Popen]) -> Outcome:
             if len(exited) < len(procs):
                 wake.wait(None if kill_at is None else max(0.0, kill_at - time.monotonic()))
     if failure is not None and failure.message is None:
-        # Described only now: a rank's own abort reason reaches the relay (and
-        # so us) a moment after its process exits.
-        job.wait(lambda s: s.abort is not None, timeout=0.5)
-        failure.message = _describe_exit(failed_rank, exited[failed_rank], job)
+        # Described only now: a rank that aborts (MPI_Abort, an uncaught
+        # exception) makes the others exit too, possibly before itself, and its
+        # reason reaches the relay (and so us) a moment after that.
+        job.wait(lambda s: s.rank_abort() is not None, timeout=1.0)
+        abort = job.state.rank_abort()
+        if abort is not None:
+            failure = Outcome(abort.exit_code, str(abort))
+        else:
+            failure.message = _describe_exit(failed_rank, exited[failed_rank])
     return failure or Outcome(0)
 
 
@@ -199,10 +204,7 @@ def _exit_status(code: int) -> int:
     return 128 - code if code < 0 else code
 
 
-def _describe_exit(rank: int, code: int, job: Job) -> str:
-    abort = job.state.abort
-    if abort is not None and abort.rank == rank:
-        return f"{abort} (exit status {abort.exit_code})"
+def _describe_exit(rank: int, code: int) -> str:
     if code < 0:
         return f"rank {rank} was killed by signal {signal.Signals(-code).name}"
     return f"rank {rank} exited with status {code}"

@@ -1,0 +1,76 @@
+"""The physical ceiling: the same ping-pong and streaming tests over a bare Python TCP socket pair.
+
+Two processes on loopback, blocking sockets, TCP_NODELAY, recv_into a
+preallocated buffer: what any Python message layer can at best approach.
+Prints the same JSON lines as osu_p2p.py.
+"""
+
+import argparse
+import json
+import os
+import socket
+import time
+
+
+def recv_exact(sock: socket.socket, view: memoryview) -> None:
+    got = 0
+    while got < len(view):
+        n = sock.recv_into(view[got:])
+        if not n:
+            raise ConnectionError("peer closed")
+        got += n
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--max-size", type=int, default=64 << 20)
+    parser.add_argument("--window", type=int, default=16)
+    parser.add_argument("--seconds", type=float, default=0.5)
+    args = parser.parse_args()
+    sizes = [0] + [1 << k for k in range(0, args.max_size.bit_length()) if (1 << k) <= args.max_size]
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    child = os.fork()
+    if child == 0:
+        sock = socket.create_connection(("127.0.0.1", port))
+    else:
+        sock, _ = server.accept()
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    lead = child != 0
+    for size in sizes:
+        buf = bytearray(max(size, 1))
+        view = memoryview(buf)[:size] if size else memoryview(bytearray(1))
+        n = max(3, min(int(args.seconds / (20e-6 + size / 1e9)), 20000))
+        start = time.perf_counter()
+        for _ in range(n):
+            if lead:
+                sock.sendall(view)
+                recv_exact(sock, view)
+            else:
+                recv_exact(sock, view)
+                sock.sendall(view)
+        latency = (time.perf_counter() - start) / n / 2
+        bandwidth = None
+        if size:
+            n_bw = max(2, n // args.window)
+            start = time.perf_counter()
+            ack = memoryview(bytearray(1))
+            for _ in range(n_bw):
+                if lead:
+                    for _ in range(args.window):
+                        sock.sendall(view)
+                    recv_exact(sock, ack)
+                else:
+                    for _ in range(args.window):
+                        recv_exact(sock, view)
+                    sock.sendall(ack)
+            bandwidth = size * args.window * n_bw / (time.perf_counter() - start)
+        if lead:
+            print(json.dumps({"size": size, "latency_us": latency * 1e6, "bandwidth_MBps": bandwidth and bandwidth / 1e6}), flush=True)
+    if child == 0:
+        os._exit(0)
+    os.waitpid(child, 0)
+
+
+if __name__ == "__main__":
+    main()
