@@ -132,6 +132,25 @@ while len(done) < 2:
         check("waitany_val", val, left)
     done.add(idx)
 
+# 9b. Test / Testall / test polling, and cancelling a receive nobody will match
+r_obj = comm.irecv(source=left, tag=23)
+s_obj = comm.isend([rank, "t"], dest=right, tag=23)
+while True:
+    flag, val = r_obj.test()
+    if flag:
+        break
+check("test_poll", val, [left, "t"])
+s_obj.wait()
+reqs = [comm.Irecv(tbuf := np.zeros(2, dtype="i8"), source=left, tag=24), comm.Isend(np.array([rank, 7], dtype="i8"), dest=right, tag=24)]
+while not MPI.Request.Testall(reqs):
+    pass
+check("testall", tbuf.tolist(), [left, 7])
+lonely = comm.Irecv(np.zeros(1), source=left, tag=25)
+lonely.Cancel()
+st = MPI.Status()
+lonely.Wait(st)
+check("cancelled", st.Is_cancelled(), True)
+
 # 10. probe / iprobe with status, then a receive sized from the status
 if size > 1:
     if rank == 0:

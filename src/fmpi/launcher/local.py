@@ -44,8 +44,16 @@ def _die_with_parent() -> None:
         pass
 
 
+# Numeric libraries start one thread per core in every rank; N ranks on one
+# machine would oversubscribe it N times over (k-means ran 40x slower that way).
+_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
 def rank_environment(job: Job, rank: int, base: dict[str, str]) -> dict[str, str]:
     env = dict(base)
+    share = str(max(1, (os.cpu_count() or 1) // job.size))
+    for var in _THREAD_VARS:
+        env.setdefault(var, share)
     env.update(job.spec(rank).to_env())
     env["PYTHONPATH"] = os.pathsep.join(p for p in (SHIM_DIR, _fmpi_root(), base.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
