@@ -236,3 +236,12 @@ def test_ranks_joined_by_hand_form_one_job(program, tmp_path):
 def test_join_without_token_is_refused():
     result = run("--join", "tcp://127.0.0.1:1", "--job", "j", "--size", "2", PY, "-c", "pass", env={k: v for k, v in os.environ.items() if k != "FMPI_TOKEN"})
     assert result.returncode == 2 and "set FMPI_TOKEN" in result.stderr
+
+
+def test_local_ranks_share_the_cores_among_blas_threads():
+    code = "import os; from mpi4py import MPI; print(os.environ['OPENBLAS_NUM_THREADS'], os.environ['OMP_NUM_THREADS'])"
+    expected = str(max(1, (os.cpu_count() or 1) // 4))
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
+    assert run("-n", "4", PY, "-c", code, env=env).stdout.split() == [expected, expected] * 4
+    env["OMP_NUM_THREADS"] = "3"  # what the user set wins
+    assert run("-n", "2", PY, "-c", code, env=env).stdout.split() == [str(max(1, (os.cpu_count() or 1) // 2)), "3"] * 2
