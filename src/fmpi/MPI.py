@@ -20,7 +20,10 @@ from .api.datatypes import DATATYPES as _DATATYPES
 from .api.datatypes import Datatype
 from .api.exceptions import *  # noqa: F401,F403 - error classes
 from .api.exceptions import Exception, Get_error_class, Get_error_string  # noqa: A004
-from .api.intracomm import Intracomm
+from .api.group import GROUP_EMPTY, GROUP_NULL, Group
+from .api.topology import CART, DIST_GRAPH, GRAPH, Cartcomm
+from .api.topology import compute_dims as Compute_dims
+from .api.intracomm import COMM_TYPE_HW_GUIDED, COMM_TYPE_HW_UNGUIDED, COMM_TYPE_RESOURCE_GUIDED, Intracomm
 from .api.op import BAND, BOR, BXOR, LAND, LOR, LXOR, MAX, MAXLOC, MIN, MINLOC, NO_OP, OP_NULL, PROD, REPLACE, SUM, Op
 from .api.request import REQUEST_NULL, Request
 from .api.status import Status

@@ -1,65 +1,185 @@
 """``MPI.Intracomm``: collective operations and communicator construction.
 
-Methods here pick an algorithm and hand it a ``Channel``; they never talk to
-the transport directly.
+Collective methods live in two mixins (``collective_objects`` for the
+lowercase API, ``collective_buffers`` for the uppercase one and its
+non-blocking twins); they pick an algorithm through ``collectives.table`` and
+hand it a ``Channel``, never touching the transport themselves.
+
+Every collective call is numbered by a per-communicator counter, which all
+members advance alike because MPI has them make the same collective calls in
+the same order; the number is the call's tag in the communicator's
+collective context. Blocking calls use tags below 2**29, non-blocking ones
+(counted separately, run by the background worker) the next 2**29, so the
+two kinds can never match each other's messages.
+
+New communicators get a context id that every member derives on its own from
+the parent's id, the parent's construction counter and what distinguishes
+the new communicator (Split's color, Create's group), without a round of
+agreement: see ``_child_context``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import socket
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from ..collectives import barrier_dissemination, bcast_binomial, reduce_binomial
+import numpy as np
+
+from ..collectives import allgather_recursive_doubling
 from ..collectives.channel import Channel
-from . import serialize
+from ..collectives.options import AllgatherOptions, Layout
+from ..transport.engine import Engine
+from ..transport.requests import TransportError
+from . import exceptions as err
+from .collective_buffers import BufferCollectives
+from .collective_objects import ObjectCollectives
 from .comm import Comm
-from .op import SUM, Op
+from .constants import COMM_TYPE_SHARED, UNDEFINED
+from .group import Group
+from .nonblocking import Worker
+from .request import Request
 
-# Tags of collective calls cycle through this range; calls are numbered in the
-# order every rank makes them, so a tag names one call on one communicator.
+# mpi4py's (MPICH's) split types; all but UNDEFINED group the ranks by host here.
+COMM_TYPE_HW_GUIDED = 2
+COMM_TYPE_HW_UNGUIDED = 3
+COMM_TYPE_RESOURCE_GUIDED = 4
+
+# Tags of collective calls: blocking calls cycle through [0, 2**29), non-blocking ones through [2**29, 2**30).
 _TAG_SPACE = 1 << 29
 
+T = TypeVar("T")
 
-class Intracomm(Comm):
+
+class Intracomm(ObjectCollectives, BufferCollectives, Comm):
+    def __init__(self, engine: Engine | None, group: tuple[int, ...], context: int, name: str = "") -> None:
+        super().__init__(engine, group, context, name)
+        self._nb_seq = 0
+        self._worker: Worker | None = None
+        self._create_group_seq: dict[tuple, int] = {}
+
+    # ------------------------------------------------------------ machinery
     def _channel(self) -> Channel:
         self._coll_seq += 1
         return Channel(self._engine, self._group, self._rank, self._coll_ctx, self._coll_seq % _TAG_SPACE)
 
+    def _collective(self, fn: Callable[[Channel], T]) -> T:
+        """Run one blocking collective call; transport failures become MPI.Exception."""
+        ch = self._channel()
+        try:
+            return fn(ch)
+        except TransportError as exc:
+            self._fail(err.from_class_name(exc.error_class), str(exc))
+
+    _blocking = _collective
+
+    def _nonblocking(self, fn: Callable[[Channel], None]) -> Request:
+        """Start `fn` on the background worker; a Request completes when it has run."""
+        self._nb_seq += 1
+        ch = Channel(self._engine, self._group, self._rank, self._coll_ctx, _TAG_SPACE + self._nb_seq % _TAG_SPACE)
+        if self._worker is None:
+            self._worker = Worker(f"fmpi-coll-{self._name or hex(self._ctx)}")
+        op = self._worker.submit(self._engine, lambda: fn(ch))
+        return Request(self._engine, op)
+
+    def _root(self, root: int) -> int:
+        if not 0 <= root < self.size:
+            self._fail(err.ERR_ROOT, f"invalid root {root} for a communicator of size {self.size}")
+        return root
+
     # ----------------------------------------------------------- construction
-    def Dup(self, info: Any = None) -> "Intracomm":
+    def Get_group(self) -> Group:
+        return Group(self._group, self._engine.rank if self._engine is not None else -1)
+
+    @property
+    def group(self) -> Group:
+        return self.Get_group()
+
+    def _child(self, members: tuple[int, ...], context: int) -> Intracomm:
+        return Intracomm(self._engine, members, context, "")
+
+    def Dup(self, info: Any = None) -> Intracomm:
         self._child_seq += 1
-        return type(self)(self._engine, self._group, _child_context(self._ctx, self._child_seq, 0), "")
+        return self._child(self._group, _child_context(self._ctx, self._child_seq, "dup"))
 
     Clone = Dup
 
+    def Dup_with_info(self, info: Any) -> Intracomm:
+        return self.Dup()
+
+    def Split(self, color: int = 0, key: int = 0) -> Intracomm | None:
+        """Members with the same color form a communicator, ordered by (key, rank); UNDEFINED gets COMM_NULL."""
+        self._child_seq += 1
+        seq = self._child_seq
+        size = self.size
+        pairs = np.empty(2 * size, dtype=np.int64)
+        pairs[2 * self._rank : 2 * self._rank + 2] = (color, key)
+        self._allgather_ints(pairs)
+        if color == UNDEFINED:
+            return None
+        members = sorted((int(pairs[2 * r + 1]), r) for r in range(size) if pairs[2 * r] == color)
+        return self._child(tuple(self._group[r] for _, r in members), _child_context(self._ctx, seq, f"split:{color}"))
+
+    def Split_type(self, split_type: int, key: int = 0, info: Any = None) -> Intracomm | None:
+        """COMM_TYPE_SHARED (and the hardware types): the ranks on this host; UNDEFINED: COMM_NULL."""
+        if split_type == UNDEFINED:
+            return self.Split(UNDEFINED, key)
+        host = socket.gethostname()
+        names = self.allgather(host)
+        return self.Split(names.index(host), key)
+
+    def Create(self, group: Group) -> Intracomm | None:
+        """Collective over this communicator; members of `group` get the new communicator."""
+        self._child_seq += 1
+        seq = self._child_seq
+        members = group._members
+        if not set(members) <= set(self._group):
+            self._fail(err.ERR_GROUP, "Comm.Create: the group holds processes outside the communicator")
+        if self._engine.rank not in members:
+            return None
+        return self._child(members, _child_context(self._ctx, seq, f"create:{members}"))
+
+    def Create_group(self, group: Group, tag: int = 0) -> Intracomm | None:
+        """Collective over `group` only; its members get the new communicator."""
+        members = group._members
+        if self._engine.rank not in members:
+            return None
+        key = (members, tag)
+        n = self._create_group_seq.get(key, 0) + 1
+        self._create_group_seq[key] = n
+        return self._child(members, _child_context(self._ctx, n, f"group:{members}:{tag}"))
+
+    def Create_cart(self, dims, periods=None, reorder: bool = False):
+        """A communicator whose ranks sit on a Cartesian grid (``Cartcomm``); extra ranks get COMM_NULL."""
+        from .topology import create_cart
+
+        return create_cart(self, dims, periods, reorder)
+
     def Free(self) -> None:
-        pass
+        if self._worker is not None:
+            self._worker.stop()
+            self._worker = None
 
-    # ------------------------------------------------------------ collectives
-    def Barrier(self) -> None:
-        barrier_dissemination.barrier(self._channel())
+    free = Free
 
-    barrier = Barrier
-
-    def bcast(self, obj: Any = None, root: int = 0) -> Any:
-        ch = self._channel()
-        parts = serialize.dumps(obj) if self._rank == root else None
-        payload = bcast_binomial.bcast(ch, parts, root)
-        return obj if self._rank == root else serialize.loads(payload)
-
-    def reduce(self, sendobj: Any, op: Op = SUM, root: int = 0) -> Any:
-        return reduce_binomial.reduce_objects(self._channel(), sendobj, op, root)
-
-    def allreduce(self, sendobj: Any, op: Op = SUM) -> Any:
-        return self.bcast(self.reduce(sendobj, op, 0), 0)
+    # ---------------------------------------------------------------- helpers
+    def _allgather_ints(self, values: np.ndarray) -> None:
+        """In-place allgather of equal int64 blocks (this rank's already set)."""
+        block = values.nbytes // self.size
+        opts = AllgatherOptions(memoryview(values.view(np.uint8)), Layout.even(self.size, block), 1 << 20)
+        self._collective(lambda ch: allgather_recursive_doubling.allgather(ch, opts))
 
 
-def _child_context(parent: int, seq: int, color: int) -> int:
-    """A context id every member derives alike: from the parent's, the call's number and the color.
+def _child_context(parent: int, seq: int, what: object) -> int:
+    """A context id every member derives alike: from the parent's, a counter and what sets the child apart.
 
     Contexts come in pairs (p2p, collective), so ids are even. 62 bits of a
     hash make a collision between two live communicators vanishingly rare.
     """
     import hashlib
 
-    digest = hashlib.blake2b(f"{parent}:{seq}:{color}".encode(), digest_size=8).digest()
+    digest = hashlib.blake2b(f"{parent}:{seq}:{what}".encode(), digest_size=8).digest()
     return (int.from_bytes(digest, "little") >> 2) << 1
+
+
+__all__ = ["COMM_TYPE_HW_GUIDED", "COMM_TYPE_HW_UNGUIDED", "COMM_TYPE_RESOURCE_GUIDED", "COMM_TYPE_SHARED", "Intracomm"]

@@ -1,38 +1,60 @@
-"""``MPI.Op``: reduction operations on numpy arrays (vectorised ufuncs) and on Python objects."""
+"""``MPI.Op``: reduction operations on numpy arrays (vectorised ufuncs) and on Python objects.
+
+On buffers an operation computes ``out = lower op higher`` elementwise with a
+numpy ufunc writing straight into ``out`` (which may be either operand), so
+reductions never leave C loops and never allocate. On Python objects it
+behaves exactly as mpi4py's ``Op.__call__`` (``MPI.MAX(x, y)`` is ``y if y >
+x else x``, and so on).
+
+User operations follow mpi4py: ``Op.Create(fn, commute)`` where
+``fn(inbuf, inoutbuf, datatype)`` updates ``inoutbuf`` in place, ``inbuf``
+holding the lower ranks' contribution; on buffers ``fn`` receives byte
+buffers (``np.frombuffer(inbuf, dtype=...)`` gives the elements), on Python
+objects it is called as ``fn(x, y, None)`` and returns the result.
+"""
 
 from __future__ import annotations
 
-import operator
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
+from . import exceptions as err
+
+ArrayFn = Callable[[np.ndarray, np.ndarray, np.ndarray], None]  # (lower, higher, out)
+
 
 class Op:
-    __slots__ = ("name", "_array_fn", "_object_fn", "commute", "_user")
+    __slots__ = ("_array_fn", "_checked", "_kinds", "_object_fn", "_user", "commute", "name")
 
     def __init__(
         self,
         name: str,
-        array_fn: Callable[[np.ndarray, np.ndarray], np.ndarray] | None,
+        array_fn: ArrayFn | None,
         object_fn: Callable[[Any, Any], Any],
         commute: bool = True,
         user: Callable | None = None,
+        kinds: str | None = None,
     ) -> None:
         self.name = name
         self._array_fn = array_fn
         self._object_fn = object_fn
         self.commute = commute
         self._user = user
+        self._kinds = kinds  # numpy dtype kinds the op is defined for (None: any)
+        self._checked: set[np.dtype] = set()
 
     @classmethod
-    def Create(cls, function: Callable, commute: bool = False) -> "Op":
-        """A user operation; `function(invec, inoutvec, datatype)` updates inoutvec in place."""
+    def Create(cls, function: Callable, commute: bool = False) -> Op:
+        """A user operation; `function(inbuf, inoutbuf, datatype)` updates inoutbuf in place."""
+        if not callable(function):
+            raise TypeError("Op.Create needs a callable")
 
         def on_objects(a: Any, b: Any) -> Any:
             return function(a, b, None)
 
-        return cls(getattr(function, "__name__", "user"), None, on_objects, commute, function)
+        return cls(getattr(function, "__name__", "user"), None, on_objects, bool(commute), function)
 
     def Is_commutative(self) -> bool:
         return self.commute
@@ -48,68 +70,161 @@ class Op:
     def Free(self) -> None:
         pass
 
+    free = Free
+
     def __call__(self, x: Any, y: Any) -> Any:
         """x op y (x from the lower rank), for Python objects — as mpi4py's Op.__call__."""
         return self._object_fn(x, y)
 
-    def apply_arrays(self, lower: np.ndarray, higher: np.ndarray, datatype: Any = None) -> np.ndarray:
-        """lower op higher, elementwise, written into `higher` (returned)."""
-        if self._user is not None:
-            self._user(lower, higher, datatype)
-            return higher
-        return self._array_fn(lower, higher, out=higher)
-
     def __repr__(self) -> str:
         return f"<fmpi.MPI.Op {self.name}>"
 
+    # ------------------------------------------------------------- buffers
+    def check(self, dtype: np.dtype | None, type_name: str = "") -> None:
+        """Raise MPI.Exception(ERR_OP) unless this op is defined for `dtype` (all ranks raise alike)."""
+        if dtype in self._checked:
+            return
+        if self is OP_NULL:
+            raise err.Exception(err.ERR_OP, "MPI.OP_NULL cannot reduce")
+        if dtype is None:
+            raise err.Exception(err.ERR_TYPE, f"cannot reduce {type_name or 'this datatype'}: it has no element type")
+        ok = True
+        if self._kinds == "loc":
+            ok = dtype.names == ("v", "i")
+        elif self._kinds is not None:
+            ok = dtype.fields is None and dtype.kind in self._kinds
+        if not ok:
+            raise err.Exception(err.ERR_OP, f"MPI.{self.name} is not defined for {type_name or dtype}")
+        self._checked.add(dtype)
 
-def _loc(better: Callable[[Any, Any], bool]):
-    """MAXLOC/MINLOC on (value, index) pairs; ties keep the lower index."""
+    def combine(self, lower: np.ndarray, higher: np.ndarray, out: np.ndarray, datatype: Any = None) -> None:
+        """out = lower op higher, elementwise; `out` may be `lower`, `higher` or another array."""
+        if self._user is None:
+            self._array_fn(lower, higher, out)
+            return
+        if lower.size == 0:
+            return
+        if out is not higher:
+            if np.may_share_memory(out, lower):
+                tmp = higher.copy()
+                self._user(_byteview(lower), _byteview(tmp), datatype)
+                np.copyto(out, tmp)
+                return
+            np.copyto(out, higher)
+        self._user(_byteview(lower), _byteview(out), datatype)
 
-    def on_objects(a: Any, b: Any) -> Any:
-        (va, ia), (vb, ib) = a, b
-        if better(va, vb) or (va == vb and ia <= ib):
-            return (va, ia)
-        return (vb, ib)
+    def reducer(self, datatype: Any = None) -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
+        """`combine` bound to a datatype: what the collective algorithms call."""
+        if self._user is None:
+            return self._array_fn
+        return lambda lower, higher, out: self.combine(lower, higher, out, datatype)
 
-    def on_arrays(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
-        take_a = better(a["v"], b["v"]) | ((a["v"] == b["v"]) & (a["i"] < b["i"]))
-        out[take_a] = a[take_a]
-        return out
+    def Reduce_local(self, inbuf: Any, inoutbuf: Any) -> None:
+        """inoutbuf = inbuf op inoutbuf, on this process only."""
+        from .buffers import message
 
-    return on_arrays, on_objects
-
-
-def _replace(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
-    out[...] = b
-    return out
-
-
-def _keep(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
-    out[...] = a
-    return out
+        src, dst = message(inbuf, False), message(inoutbuf, True)
+        if src.count != dst.count:
+            raise ValueError(f"mismatch in inbuf count {src.count} and inoutbuf count {dst.count}")
+        dtype = dst.datatype.dtype
+        self.check(dtype, dst.datatype.name)
+        out = np.frombuffer(dst.view, dtype=dtype)
+        self.combine(np.frombuffer(src.view, dtype=dtype), out, out, dst.datatype)
 
 
-def _logical(fn):
-    def on_arrays(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
-        out[...] = fn(a, b)
-        return out
-
-    return on_arrays
+def _byteview(arr: np.ndarray) -> memoryview:
+    """What mpi4py hands a user function: a flat byte buffer over the elements."""
+    return memoryview(arr.reshape(-1).view(np.uint8))
 
 
-OP_NULL = Op("OP_NULL", None, lambda a, b: b)
-SUM = Op("SUM", np.add, operator.add)
-PROD = Op("PROD", np.multiply, operator.mul)
-MAX = Op("MAX", np.maximum, lambda a, b: b if b > a else a)
-MIN = Op("MIN", np.minimum, lambda a, b: b if b < a else a)
-LAND = Op("LAND", _logical(np.logical_and), lambda a, b: bool(a and b))
-LOR = Op("LOR", _logical(np.logical_or), lambda a, b: bool(a or b))
-LXOR = Op("LXOR", _logical(np.logical_xor), lambda a, b: bool(a) != bool(b))
-BAND = Op("BAND", np.bitwise_and, operator.and_)
-BOR = Op("BOR", np.bitwise_or, operator.or_)
-BXOR = Op("BXOR", np.bitwise_xor, operator.xor)
-MAXLOC = Op("MAXLOC", *_loc(operator.gt))
-MINLOC = Op("MINLOC", *_loc(operator.lt))
-REPLACE = Op("REPLACE", _replace, lambda a, b: b, commute=False)
-NO_OP = Op("NO_OP", _keep, lambda a, b: a, commute=False)
+# ------------------------------------------------------------------ objects
+# Exactly mpi4py's definitions (Op.__call__ on Python objects).
+def _obj_max(x: Any, y: Any) -> Any:
+    return max(x, y)
+
+
+def _obj_min(x: Any, y: Any) -> Any:
+    return min(x, y)
+
+
+def _obj_maxloc(x: Any, y: Any) -> Any:
+    (u, i), (v, j) = x, y
+    if u > v:
+        return u, i
+    if v > u:
+        return v, j
+    return (v, j) if j < i else (u, i)
+
+
+def _obj_minloc(x: Any, y: Any) -> Any:
+    (u, i), (v, j) = x, y
+    if u < v:
+        return u, i
+    if v < u:
+        return v, j
+    return (v, j) if j < i else (u, i)
+
+
+def _obj_null(x: Any, y: Any) -> Any:
+    raise ValueError("cannot call MPI.OP_NULL")
+
+
+# ------------------------------------------------------------------- arrays
+def _ufunc(fn: np.ufunc) -> ArrayFn:
+    def run(lower: np.ndarray, higher: np.ndarray, out: np.ndarray) -> None:
+        fn(lower, higher, out=out)
+
+    return run
+
+
+def _loc(better: np.ufunc) -> ArrayFn:
+    """MAXLOC/MINLOC on (value, index) pairs; equal values keep the smaller index."""
+
+    def run(lower: np.ndarray, higher: np.ndarray, out: np.ndarray) -> None:
+        a, b = lower["v"], higher["v"]
+        take_lower = better(a, b) | ((a == b) & (lower["i"] < higher["i"]))
+        np.copyto(out, np.where(take_lower, lower, higher))
+
+    return run
+
+
+def _replace(lower: np.ndarray, higher: np.ndarray, out: np.ndarray) -> None:
+    if out is not higher:
+        np.copyto(out, higher)
+
+
+def _keep(lower: np.ndarray, higher: np.ndarray, out: np.ndarray) -> None:
+    if out is not lower:
+        np.copyto(out, lower)
+
+
+# Where MPI (MPICH) defines the predefined ops, by numpy kind: logical and bitwise ops
+# only on integers (and C bool); MAX/MIN not on complex; MAXLOC/MINLOC on pair types.
+_NUMBERS = "iufc"
+_REAL = "iuf"
+_INTEGERS = "biu"
+
+OP_NULL = Op("OP_NULL", None, _obj_null)
+SUM = Op("SUM", _ufunc(np.add), lambda x, y: x + y, kinds=_NUMBERS)
+PROD = Op("PROD", _ufunc(np.multiply), lambda x, y: x * y, kinds=_NUMBERS)
+MAX = Op("MAX", _ufunc(np.maximum), _obj_max, kinds=_REAL)
+MIN = Op("MIN", _ufunc(np.minimum), _obj_min, kinds=_REAL)
+LAND = Op("LAND", _ufunc(np.logical_and), lambda x, y: bool(x) & bool(y), kinds=_INTEGERS)
+LOR = Op("LOR", _ufunc(np.logical_or), lambda x, y: bool(x) | bool(y), kinds=_INTEGERS)
+LXOR = Op("LXOR", _ufunc(np.logical_xor), lambda x, y: bool(x) ^ bool(y), kinds=_INTEGERS)
+BAND = Op("BAND", _ufunc(np.bitwise_and), lambda x, y: x & y, kinds=_INTEGERS)
+BOR = Op("BOR", _ufunc(np.bitwise_or), lambda x, y: x | y, kinds=_INTEGERS)
+BXOR = Op("BXOR", _ufunc(np.bitwise_xor), lambda x, y: x ^ y, kinds=_INTEGERS)
+MAXLOC = Op("MAXLOC", _loc(np.greater), _obj_maxloc, kinds="loc")
+MINLOC = Op("MINLOC", _loc(np.less), _obj_minloc, kinds="loc")
+REPLACE = Op("REPLACE", _replace, lambda x, y: y, commute=False)
+NO_OP = Op("NO_OP", _keep, lambda x, y: x, commute=False)
+
+
+def as_object_fn(op: Any) -> Callable[[Any, Any], Any]:
+    """The two-argument function the lowercase API folds with: an Op, or any callable (as mpi4py)."""
+    if isinstance(op, Op):
+        return op._object_fn
+    if callable(op):
+        return op
+    raise TypeError(f"op must be an MPI.Op or a callable, not {type(op).__name__}")

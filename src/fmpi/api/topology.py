@@ -1,4 +1,4 @@
-"""Cartesian process topologies: ``MPI.Compute_dims`` and ``Cartcomm``.
+"""Cartesian process topologies: ``MPI.Compute_dims``, ``Create_cart`` and ``Cartcomm``.
 
 ``compute_dims`` picks the most balanced grid, as MPICH's MPI_Dims_create
 does, so programs that size their domain from it decompose the same way under
@@ -11,6 +11,8 @@ from functools import lru_cache
 from typing import Sequence
 
 from . import exceptions as err
+from .constants import PROC_NULL, UNDEFINED
+from .intracomm import Intracomm
 
 
 def compute_dims(nnodes: int, dims: int | Sequence[int]) -> list[int]:
@@ -53,3 +55,108 @@ def _factorizations(n: int, k: int, limit: int):
         if n % first == 0 and first ** k >= n:  # the first factor is the largest
             for rest in _factorizations(n // first, k - 1, first):
                 yield (first, *rest)
+
+
+CART, GRAPH, DIST_GRAPH = 1, 2, 3  # MPICH's values of the topology kinds
+
+
+def create_cart(comm, dims: Sequence[int], periods: Sequence[bool] | None = None, reorder: bool = False):
+    """``comm.Create_cart``: the first prod(dims) ranks form the grid (row-major); the rest get COMM_NULL (None)."""
+
+    dims = [int(d) for d in dims]
+    periods = [bool(p) for p in (periods if periods is not None else [False] * len(dims))]
+    if len(periods) != len(dims) or any(d < 1 for d in dims):
+        raise err.Exception(err.ERR_ARG, f"invalid Cartesian grid dims={dims} periods={periods}")
+    cells = 1
+    for d in dims:
+        cells *= d
+    if cells > comm.size:
+        raise err.Exception(err.ERR_ARG, f"a {'x'.join(map(str, dims))} grid needs {cells} ranks; the communicator has {comm.size}")
+    # reorder is allowed to be ignored (MPI says "may"): ranks keep their order.
+    sub = comm.Split(0 if comm.rank < cells else UNDEFINED, comm.rank)
+    if sub is None:
+        return None
+    return Cartcomm(sub._engine, sub._group, sub._ctx, dims, periods)
+
+
+class Cartcomm(Intracomm):
+    """A communicator whose ranks sit on a Cartesian grid (row-major, as in MPI)."""
+
+    def __init__(self, engine, group, context: int, dims: list[int], periods: list[bool], name: str = "") -> None:
+        super().__init__(engine, group, context, name)
+        self.dims = list(dims)
+        self.periods = [bool(p) for p in periods]
+
+    topology = CART
+
+    def Get_topology(self) -> int:
+        return CART
+
+    def Get_dim(self) -> int:
+        return len(self.dims)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.dims)
+
+    dim = ndim
+
+    def Get_topo(self) -> tuple[list[int], list[int], list[int]]:
+        return list(self.dims), [int(p) for p in self.periods], self.Get_coords(self.rank)
+
+    @property
+    def topo(self) -> tuple[list[int], list[int], list[int]]:
+        return self.Get_topo()
+
+    @property
+    def coords(self) -> list[int]:
+        return self.Get_coords(self.rank)
+
+    def Get_coords(self, rank: int) -> list[int]:
+        if not 0 <= rank < self.size:
+            raise err.Exception(err.ERR_RANK, f"invalid rank {rank} for a grid of {self.size}")
+        coords = []
+        for d in reversed(self.dims):
+            coords.append(rank % d)
+            rank //= d
+        return coords[::-1]
+
+    def Get_cart_rank(self, coords: Sequence[int]) -> int:
+        rank = 0
+        for c, d, periodic in zip(coords, self.dims, self.periods):
+            if periodic:
+                c %= d
+            elif not 0 <= c < d:
+                raise err.Exception(err.ERR_ARG, f"coordinates {list(coords)} are off the grid {self.dims}")
+            rank = rank * d + c
+        return rank
+
+    def Shift(self, direction: int, disp: int) -> tuple[int, int]:
+        """(source, dest) for a shift by `disp` along `direction`; PROC_NULL off a non-periodic edge."""
+
+        if not 0 <= direction < len(self.dims):
+            raise err.Exception(err.ERR_ARG, f"direction {direction} is not a dimension of {self.dims}")
+        here = self.coords
+
+        def neighbour(offset: int) -> int:
+            coords = list(here)
+            coords[direction] += offset
+            d = self.dims[direction]
+            if not self.periods[direction] and not 0 <= coords[direction] < d:
+                return PROC_NULL
+            return self.Get_cart_rank(coords)
+
+        return neighbour(-disp), neighbour(disp)
+
+    def Sub(self, remain_dims: Sequence[bool]) -> "Cartcomm":
+        """The sub-grids that keep the dimensions marked True (one per combination of the others)."""
+        keep = [bool(r) for r in remain_dims]
+        coords = self.coords
+        color = 0
+        for c, d, k in zip(coords, self.dims, keep):
+            if not k:
+                color = color * d + c
+        sub = self.Split(color, self.rank)
+        dims = [d for d, k in zip(self.dims, keep) if k]
+        periods = [p for p, k in zip(self.periods, keep) if k]
+        return Cartcomm(sub._engine, sub._group, sub._ctx, dims, periods)

@@ -4,18 +4,30 @@ A ``Channel`` numbers ranks 0..size-1 as the communicator does, sends in the
 communicator's collective context, and stamps every message with the call's
 own tag, so concurrent (non-blocking) collectives on one communicator never
 match each other's messages. Algorithms never import ``socket``.
+
+Within one call, messages between two ranks match in the order they were
+sent (the transport never reorders one link, and matching is first-come), so
+an algorithm may send several messages to the same peer under the one tag as
+long as the receiver posts its receives in the same order.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
+
+import numpy as np
 
 from ..transport.engine import Engine
 from ..transport.requests import Op, RecvOp
 
 
+def as_bytes(arr: np.ndarray) -> memoryview:
+    """The bytes of a 1-D contiguous array (a view: what the transport sends from and fills)."""
+    return memoryview(arr.view(np.uint8))
+
+
 class Channel:
-    __slots__ = ("rank", "size", "tag", "_engine", "_group", "_context")
+    __slots__ = ("_context", "_engine", "_group", "rank", "size", "tag")
 
     def __init__(self, engine: Engine, group: Sequence[int], rank: int, context: int, tag: int) -> None:
         self._engine = engine
@@ -40,8 +52,22 @@ class Channel:
         self._engine.wait(op)
         return op
 
+    def sendrecv(self, dest: int, parts: Sequence[memoryview], source: int, buf: memoryview | None = None) -> RecvOp:
+        """Send to `dest` and receive from `source` at once; returns the completed receive."""
+        recv = self.irecv(source, buf)
+        send = self.isend(dest, *parts)
+        self._engine.wait_all([recv, send])
+        return recv
+
     def wait(self, op: Op) -> None:
         self._engine.wait(op)
 
     def waitall(self, ops: Sequence[Op]) -> None:
         self._engine.wait_all(ops)
+
+    def waitany(self, ops: Sequence[Op]) -> int:
+        """Index of a completed op in `ops` (raises that op's error)."""
+        i = self._engine.wait_any(ops)
+        if ops[i].error is not None:
+            raise ops[i].error
+        return i

@@ -1,0 +1,216 @@
+"""Message specifications of the collective (uppercase) calls, parsed as mpi4py does.
+
+Three shapes, after mpi4py's ``msgbuffer.pxi``:
+
+- a *simple* spec (``BufSpec``): ``buf``, ``[buf, count]``, ``[buf, datatype]``,
+  ``[buf, count, datatype]``, ``[buf, (count, displ), datatype]``,
+  ``[buf, count, displ, datatype]``;
+- a *block* spec (``BufSpecB``), the same forms where ``count`` is per rank;
+  without a count the buffer is split evenly into ``blocks`` parts;
+- a *vector* spec (``BufSpecV``): ``[buf, counts]``, ``[buf, (counts, displs)]``,
+  ``[buf, counts, datatype]``, ``[buf, counts, displs, datatype]``; an integer
+  count means that count for every rank, an integer displacement a stride,
+  no displacements means packed in rank order, no counts an even split
+  (the first ranks one longer).
+
+``None`` or ``MPI.IN_PLACE`` as a send buffer means "in place", as in mpi4py.
+Counts and displacements are in elements; results are byte views on the
+caller's memory (nothing is copied).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..collectives.options import Layout
+from . import exceptions as err
+from .buffers import byte_view
+from .constants import IN_PLACE
+from .datatypes import Datatype, from_dtype, from_typechar
+
+
+def in_place(spec: Any) -> bool:
+    return spec is None or spec is IN_PLACE
+
+
+@dataclass(slots=True)
+class Simple:
+    view: memoryview  # from the displacement to the end of the buffer
+    count: int  # elements (per block for block specs)
+    datatype: Datatype
+    flat: np.ndarray | None = None  # the caller's array itself (flattened view), when it was one
+
+    @property
+    def itemsize(self) -> int:
+        return self.datatype.Get_size()
+
+    @property
+    def nbytes(self) -> int:
+        return self.count * self.itemsize
+
+    def data(self, blocks: int = 1) -> memoryview:
+        """The bytes of `blocks` consecutive blocks of `count` elements (bounds-checked)."""
+        n = self.nbytes * blocks
+        if n > len(self.view):
+            raise ValueError(f"message: {blocks} x {self.count} x {self.datatype.name} overruns a {len(self.view)}-byte buffer")
+        return self.view[:n]
+
+    def array(self, blocks: int = 1) -> np.ndarray:
+        """The message as a 1-D array of its element type (a view; read-only if the buffer is)."""
+        if self.flat is not None and self.flat.size == self.count * blocks:
+            return self.flat
+        dtype = self.datatype.dtype
+        if dtype is None:
+            raise err.Exception(err.ERR_TYPE, f"{self.datatype.name} has no element type")
+        return np.frombuffer(self.data(blocks), dtype=dtype)
+
+
+@dataclass(slots=True)
+class Vector:
+    view: memoryview  # the whole buffer
+    layout: Layout  # in bytes
+    counts: list[int]
+    datatype: Datatype
+
+
+def _is_datatype(obj: Any) -> bool:
+    return isinstance(obj, (Datatype, str))
+
+
+def _datatype(obj: Any) -> Datatype:
+    if isinstance(obj, Datatype):
+        return obj
+    found = from_typechar(obj)
+    if found is None:
+        raise KeyError(f"cannot map {obj!r} to MPI datatype")
+    return found
+
+
+def _buffer(buf: Any, writable: bool, dtype_spec: Any) -> tuple[memoryview, Datatype]:
+    if buf is None:
+        return memoryview(b""), _datatype(dtype_spec) if dtype_spec is not None else from_typechar("B")
+    view, implied = byte_view(buf, writable)
+    return view, (_datatype(dtype_spec) if dtype_spec is not None else implied)
+
+
+def simple(spec: Any, writable: bool, blocks: int = 0) -> Simple:
+    """Parse a simple or block spec; `blocks` >= 2 infers a per-block count from the buffer."""
+    if type(spec) is np.ndarray and spec.flags.c_contiguous and (spec.flags.writeable or not writable):
+        # The common case, fast: a whole contiguous array of a predefined type.
+        flat = spec.reshape(-1)
+        datatype = from_dtype(spec.dtype)
+        count = flat.size
+        if blocks >= 2:
+            if count % blocks:
+                raise ValueError(
+                    f"message: cannot infer count, number of entries {count} is not a multiple of required number of blocks {blocks}"
+                )
+            count //= blocks
+        return Simple(memoryview(flat.view(np.uint8)), count, datatype, flat)
+    o_buf, o_count, o_displ, o_type = spec, None, None, None
+    if isinstance(spec, (list, tuple)):
+        n = len(spec)
+        if n == 2:
+            o_buf, o_count = spec
+            if _is_datatype(o_count):
+                o_count, o_type = None, o_count
+            elif isinstance(o_count, (list, tuple)):
+                o_count, o_displ = o_count
+        elif n == 3:
+            o_buf, o_count, o_type = spec
+            if isinstance(o_count, (list, tuple)):
+                o_count, o_displ = o_count
+        elif n == 4:
+            o_buf, o_count, o_displ, o_type = spec
+        else:
+            raise ValueError("message: expecting 2 to 4 items")
+    view, datatype = _buffer(o_buf, writable, o_type)
+    extent = datatype.Get_size()
+    offset = 0
+    if o_displ:
+        if o_displ < 0:
+            raise ValueError(f"message: negative diplacement {o_displ}")
+        if extent <= 0 or o_displ * extent > len(view):
+            raise ValueError(f"message: displacement {o_displ} out of bounds")
+        offset = o_displ * extent
+    view = view[offset:]
+    if o_count is not None:
+        count = int(o_count)
+        if count < 0:
+            raise ValueError(f"message: negative count {count}")
+    elif len(view) == 0:
+        count = 0
+    else:
+        if extent <= 0:
+            raise ValueError("message: cannot infer count, datatype has no size")
+        if len(view) % extent:
+            raise ValueError(f"message: cannot infer count, buffer length {len(view)} is not a multiple of datatype extent {extent}")
+        count = len(view) // extent
+        if blocks >= 2:
+            if count % blocks:
+                raise ValueError(
+                    f"message: cannot infer count, number of entries {count} is not a multiple of required number of blocks {blocks}"
+                )
+            count //= blocks
+    return Simple(view, count, datatype)
+
+
+def vector(spec: Any, writable: bool, blocks: int) -> Vector:
+    """Parse a vector spec for `blocks` ranks."""
+    o_buf, o_counts, o_displs, o_type = spec, None, None, None
+    if isinstance(spec, (list, tuple)):
+        n = len(spec)
+        if n == 2:
+            o_buf, o_counts = spec
+            if _is_datatype(o_counts):
+                o_counts, o_type = None, o_counts
+            elif isinstance(o_counts, tuple):
+                o_counts, o_displs = o_counts
+        elif n == 3:
+            o_buf, o_counts, o_type = spec
+            if isinstance(o_counts, tuple):
+                o_counts, o_displs = o_counts
+        elif n == 4:
+            o_buf, o_counts, o_displs, o_type = spec
+        else:
+            raise ValueError("message: expecting 2 to 4 items")
+    view, datatype = _buffer(o_buf, writable, o_type)
+    extent = datatype.Get_size()
+    if o_counts is None:
+        total = 0
+        if len(view):
+            if extent <= 0 or len(view) % extent:
+                raise ValueError(f"message: cannot infer count, buffer length {len(view)} is not a multiple of datatype extent {extent}")
+            total = len(view) // extent
+        counts = [total // blocks + (total % blocks > i) for i in range(blocks)]
+    elif isinstance(o_counts, (int, np.integer)):
+        counts = [int(o_counts)] * blocks
+    else:
+        counts = _array(o_counts, blocks, "counts")
+    if o_displs is None:
+        displs, pos = [], 0
+        for c in counts:
+            displs.append(pos)
+            pos += c
+    elif isinstance(o_displs, (int, np.integer)):
+        displs = [int(o_displs) * i for i in range(blocks)]
+    else:
+        displs = _array(o_displs, blocks, "displs")
+    if any(c < 0 for c in counts) or any(d < 0 for d in displs):
+        raise ValueError("message: negative count or displacement")
+    layout = Layout([d * extent for d in displs], [c * extent for c in counts])
+    end = max((o + n for o, n in zip(layout.offsets, layout.lengths) if n), default=0)
+    if end > len(view):
+        raise ValueError(f"message: counts and displacements reach byte {end} of a {len(view)}-byte buffer")
+    return Vector(view, layout, counts, datatype)
+
+
+def _array(values: Sequence[int], blocks: int, what: str) -> list[int]:
+    out = [int(v) for v in values]
+    if len(out) != blocks:
+        raise ValueError(f"message: expecting {blocks} {what}, got {len(out)}")
+    return out

@@ -1,0 +1,281 @@
+"""The one place that decides which algorithm runs, by collective, message size and N.
+
+::
+
+    collective          algorithm (file)                       when
+    ------------------  -------------------------------------  ----------------------------------------------
+    barrier             dissemination                          always
+    bcast               binomial (segmented, pipelined)        bytes < bcast_large (default: always)
+                        scatter_allgather                      otherwise, N > 2
+    reduce              binomial                               bytes < reduce_large (default: always), or
+                                                               op not commutative
+                        ring_gather                            otherwise, N > 2
+    allreduce           recursive_doubling                     bytes < the ring threshold for N, or op not
+                                                               commutative
+                        ring (reduce-scatter + allgather)      otherwise; the threshold is allreduce_ring_min
+                                                               (N = 3, 4), allreduce_ring_min_n2 (N = 2),
+                                                               allreduce_ring_min_wide (N >= 5)
+    reduce_scatter      allreduce (recursive doubling)         commutative and bytes < reduce_scatter_ring_min
+                        ring                                   commutative otherwise
+                        reduce (binomial, then scatter)        op not commutative
+    allgather(v)        recursive_doubling                     total bytes < allgather_ring_min
+                        ring                                   otherwise
+    gather / scatter    binomial                               equal blocks and total bytes < gather_binomial_max
+                        linear                                 otherwise (always for the v-variants)
+    alltoall(v)         pairwise                               all N-1 steps in flight when the largest
+                                                               block < alltoall_eager_max, else alltoall_window
+    scan / exscan       recursive_doubling                     always
+
+"bytes" is the size of one rank's vector; thresholds are in bytes. Ring
+algorithms and tree pipelines cut messages into ``segment``-byte pieces.
+
+The defaults were measured with ``benchmarks/collectives/osu_collectives.py``
+on one host (2 cores, N = 2..8, loopback TCP), taking the faster algorithm
+over repeated interleaved runs:
+
+- allreduce: the ring overtakes recursive doubling at about 256 KiB for
+  N = 3, 4, but only at about 1 MiB for N = 2 (one exchange either way; the
+  ring only halves the arithmetic) and for N = 8 (2(N-1) ring steps of
+  latency against log2 N);
+- bcast and reduce: on one host every byte costs a kernel copy on the same
+  cores, and the pipelined binomial tree moves the fewest bytes in all: it won
+  at every size tried (64 KiB - 64 MiB, N = 3, 4, 8) against
+  scatter-allgather and ring-gather, which are therefore off by default. They
+  spread the traffic over all links, which is what counts when ranks sit on
+  separate hosts: set ``FMPI_COLL_BCAST_LARGE`` / ``FMPI_COLL_REDUCE_LARGE``
+  (e.g. ``512K``) for such jobs;
+- allgather: recursive doubling and the ring are within noise of each other
+  at N = 4; the ring wins from a few MiB at N = 3 (the fold-in of non-powers
+  of two costs a whole extra copy of the result);
+- alltoall: all steps in flight is faster for small blocks, the same for
+  large ones, where a window of 2 bounds what waits in kernel buffers.
+
+Python objects (the lowercase API) always take the same algorithms: binomial
+bcast, gather, scatter and reduce (mpi4py's tree), recursive doubling for
+allreduce, allgather, scan, exscan, pairwise exchange for alltoall.
+
+Environment overrides, read when the table is first used, for experiments
+and tests:
+
+- ``FMPI_COLL_ALGO="allreduce:ring,bcast:scatter_allgather"`` forces an
+  algorithm per collective (names as in the table). A forced algorithm that
+  cannot run a given call (a ring with a non-commutative operation, a
+  binomial gather with unequal blocks) falls back to the table's choice.
+- ``FMPI_COLL_<KNOB>=<bytes>`` sets a knob of ``Tuning``, e.g.
+  ``FMPI_COLL_SEGMENT=256`` or ``FMPI_COLL_ALLREDUCE_RING_MIN=0``.
+
+``configure(...)`` does the same from Python (tests, benchmarks).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from . import (
+    allgather_recursive_doubling,
+    allgather_ring,
+    allreduce_recursive_doubling,
+    allreduce_ring,
+    alltoall_pairwise,
+    barrier_dissemination,
+    bcast_binomial,
+    bcast_scatter_allgather,
+    gather_binomial,
+    gather_linear,
+    reduce_binomial,
+    reduce_ring_gather,
+    reduce_scatter_composed,
+    reduce_scatter_ring,
+    scan_recursive_doubling,
+    scatter_binomial,
+    scatter_linear,
+)
+from .channel import Channel
+from .options import (
+    AllgatherOptions,
+    AllreduceOptions,
+    AlltoallOptions,
+    BcastOptions,
+    GatherOptions,
+    ReduceOptions,
+    ReduceScatterOptions,
+    ScanOptions,
+    ScatterOptions,
+)
+
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+OFF = 1 << 62  # a threshold no message reaches
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """Thresholds and knobs, in bytes (measured with benchmarks/collectives on loopback TCP)."""
+
+    segment: int = 1 * MiB  # pipeline segment of ring and tree algorithms
+    bcast_large: int = OFF  # scatter_allgather from here (see above: off on one host)
+    reduce_large: int = OFF  # ring_gather from here (likewise)
+    allreduce_ring_min: int = 256 * KiB  # N = 3, 4
+    allreduce_ring_min_n2: int = 1 * MiB  # N = 2
+    allreduce_ring_min_wide: int = 1 * MiB  # N >= 5
+    reduce_scatter_ring_min: int = 256 * KiB  # whole vector
+    allgather_ring_min: int = 2 * MiB  # total gathered bytes
+    gather_binomial_max: int = 64 * KiB  # total gathered / scattered bytes
+    alltoall_eager_max: int = 256 * KiB  # largest block sent with every step in flight
+    alltoall_window: int = 2  # steps in flight above that
+
+
+ALGORITHMS: dict[str, dict[str, Callable[[Channel, Any], None]]] = {
+    "barrier": {"dissemination": lambda ch, _opts: barrier_dissemination.barrier(ch)},
+    "bcast": {"binomial": bcast_binomial.bcast, "scatter_allgather": bcast_scatter_allgather.bcast},
+    "reduce": {"binomial": reduce_binomial.reduce, "ring_gather": reduce_ring_gather.reduce},
+    "allreduce": {"recursive_doubling": allreduce_recursive_doubling.allreduce, "ring": allreduce_ring.allreduce},
+    "reduce_scatter": {
+        "allreduce": reduce_scatter_composed.via_allreduce,
+        "ring": reduce_scatter_ring.reduce_scatter,
+        "reduce": reduce_scatter_composed.via_reduce,
+    },
+    "allgather": {"recursive_doubling": allgather_recursive_doubling.allgather, "ring": allgather_ring.allgather},
+    "gather": {"binomial": gather_binomial.gather, "linear": gather_linear.gather},
+    "scatter": {"binomial": scatter_binomial.scatter, "linear": scatter_linear.scatter},
+    "alltoall": {"pairwise": alltoall_pairwise.alltoall},
+    "scan": {"recursive_doubling": scan_recursive_doubling.scan},
+}
+
+# What a forced algorithm needs from the call; a forced choice that fails its check is ignored.
+_NEEDS_COMMUTE = {("reduce", "ring_gather"), ("allreduce", "ring"), ("reduce_scatter", "ring"), ("reduce_scatter", "allreduce")}
+_NEEDS_EQUAL_BLOCKS = {("gather", "binomial"), ("scatter", "binomial")}
+
+
+class _Config:
+    def __init__(self) -> None:
+        self.tuning: Tuning | None = None
+        self.forced: dict[str, str] = {}
+
+    def load(self) -> None:
+        values = {}
+        for f in fields(Tuning):
+            name = f"FMPI_COLL_{f.name.upper()}"
+            raw = os.environ.get(name)
+            if raw:
+                try:
+                    values[f.name] = _parse_bytes(raw)
+                except ValueError:
+                    raise ValueError(f"{name}={raw!r}: expected a number of bytes such as 65536, 64K or 1M") from None
+        self.tuning = Tuning(**values)
+        self.forced = parse_forced(os.environ.get("FMPI_COLL_ALGO", ""))
+
+
+_config = _Config()
+
+
+def _parse_bytes(text: str) -> int:
+    text = text.strip().lower()
+    for suffix, scale in (("kib", KiB), ("mib", MiB), ("gib", GiB), ("k", KiB), ("m", MiB), ("g", GiB), ("b", 1)):
+        if text.endswith(suffix):
+            return int(float(text[: -len(suffix)]) * scale)
+    return int(text)
+
+
+def parse_forced(spec: str) -> dict[str, str]:
+    forced = {}
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        coll, _, algo = item.partition(":")
+        coll, algo = coll.strip(), algo.strip()
+        if coll not in ALGORITHMS or algo not in ALGORITHMS[coll]:
+            known = ", ".join(f"{c}:{a}" for c in ALGORITHMS for a in ALGORITHMS[c])
+            raise ValueError(f"FMPI_COLL_ALGO: unknown algorithm {item!r} (known: {known})")
+        forced[coll] = algo
+    return forced
+
+
+def tuning() -> Tuning:
+    if _config.tuning is None:
+        _config.load()
+    return _config.tuning
+
+
+def configure(forced: dict[str, str] | str | None = None, **knobs: int) -> None:
+    """Override algorithms and knobs for this process (tests, benchmarks). ``configure()`` resets."""
+    if forced is None and not knobs:
+        _config.load()
+        return
+    base = tuning()
+    _config.tuning = replace(base, **knobs)
+    if forced is not None:
+        _config.forced = parse_forced(forced) if isinstance(forced, str) else dict(forced)
+
+
+def reset() -> None:
+    """Back to the environment's settings."""
+    _config.load()
+
+
+# ------------------------------------------------------------------- choice
+def choose(collective: str, nbytes: int, size: int, commute: bool = True, equal_blocks: bool = True) -> str:
+    """The algorithm for one call: `nbytes` per the table above."""
+    t = tuning()
+    forced = _config.forced.get(collective)
+    if forced is not None:
+        ok = (commute or (collective, forced) not in _NEEDS_COMMUTE) and (
+            equal_blocks or (collective, forced) not in _NEEDS_EQUAL_BLOCKS
+        )
+        if ok:
+            return forced
+    if collective == "barrier":
+        return "dissemination"
+    if collective == "bcast":
+        return "scatter_allgather" if nbytes >= t.bcast_large and size > 2 else "binomial"
+    if collective == "reduce":
+        return "ring_gather" if commute and nbytes >= t.reduce_large and size > 2 else "binomial"
+    if collective == "allreduce":
+        ring_min = t.allreduce_ring_min_n2 if size == 2 else t.allreduce_ring_min if size <= 4 else t.allreduce_ring_min_wide
+        return "ring" if commute and nbytes >= ring_min and size > 1 else "recursive_doubling"
+    if collective == "reduce_scatter":
+        if not commute:
+            return "reduce"
+        return "ring" if nbytes >= t.reduce_scatter_ring_min else "allreduce"
+    if collective == "allgather":
+        return "ring" if nbytes >= t.allgather_ring_min else "recursive_doubling"
+    if collective in ("gather", "scatter"):
+        return "binomial" if equal_blocks and nbytes < t.gather_binomial_max else "linear"
+    if collective == "alltoall":
+        return "pairwise"
+    if collective == "scan":
+        return "recursive_doubling"
+    raise KeyError(collective)
+
+
+def run(collective: str, ch: Channel, opts: Any, nbytes: int, commute: bool = True, equal_blocks: bool = True) -> str:
+    """Pick and run an algorithm; returns its name."""
+    name = choose(collective, nbytes, ch.size, commute, equal_blocks)
+    ALGORITHMS[collective][name](ch, opts)
+    return name
+
+
+def alltoall_window(largest_block: int, size: int) -> int:
+    t = tuning()
+    return max(1, size - 1) if largest_block < t.alltoall_eager_max else t.alltoall_window
+
+
+__all__ = [
+    "ALGORITHMS",
+    "AllgatherOptions",
+    "AllreduceOptions",
+    "AlltoallOptions",
+    "BcastOptions",
+    "GatherOptions",
+    "ReduceOptions",
+    "ReduceScatterOptions",
+    "ScanOptions",
+    "ScatterOptions",
+    "Tuning",
+    "alltoall_window",
+    "choose",
+    "configure",
+    "reset",
+    "run",
+    "tuning",
+]
