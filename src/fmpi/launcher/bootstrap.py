@@ -4,6 +4,14 @@ Every rank enters here, whichever backend started it: a local process
 (``fmpi.MPI`` calls ``join`` at import, from the environment fmpirun set), a
 rank joined by hand, or the Lambda handler (from the invocation event). So the
 local backend exercises exactly the code path of the cloud one.
+
+One port per rank. The rank binds one local port with SO_REUSEADDR +
+SO_REUSEPORT and uses it for everything: its connection to the relay, its
+listener, and every hole-punching attempt. Behind a port-preserving NAT
+(Lambda's) the address the relay observes is then exactly where peers must
+send their SYNs. A rank behind a NAT also connects from that port to the
+relay's probe port: a different observed port means a symmetric NAT, and
+its peers skip punching it.
 """
 
 from __future__ import annotations
@@ -13,12 +21,26 @@ import socket
 import sys
 import threading
 import time
+from typing import Any
 
-from ..relay.client import Aborted, PeerInfo, RelayConnection, RelayError, register, wait_world
+from ..natpunch.simultaneous_open import bind_reusable, make_listener
+from ..relay.client import (
+    Aborted,
+    PeerInfo,
+    RelayConnection,
+    RelayError,
+    observe,
+    probe_mapping,
+    register,
+    route_source_ip,
+    wait_world,
+)
 from ..relay.protocol import Kind
 from ..transport.engine import Engine
+from ..transport.options import TransportOptions
 from ..transport.requests import TransportError
-from .rankspec import RankSpec
+from ..transport.routes import PeerAddress, plan_routes
+from .rankspec import RankSpec, SpecError
 
 
 class RankSession:
@@ -32,53 +54,64 @@ class RankSession:
         self._relay = relay
         self._relay_lock = threading.Lock()
         self._closed = False
-        engine.watch(relay.sock, self._on_relay_readable)
+        engine.attach_relay(relay.sock, self, relay.take_buffer())
 
     def send_to_relay(self, kind: Kind, body: dict) -> None:
-        with self._relay_lock:
-            self._relay.send(kind, body)
+        try:
+            self.engine.relay_send(kind, body)
+        except TransportError as exc:
+            raise RelayError(str(exc), "lost") from None
 
     def finalize(self, exit_code: int = 0) -> None:
-        """Clean end: drain the links, tell the relay, close."""
+        """Clean end: drain the links, tell the relay (with the link statistics), close."""
         if self._closed:
             return
         self._closed = True
         self.engine.close()
+        channel = self.engine.relay
+        if channel is None:
+            return
         try:
-            self.send_to_relay(Kind.FINISHED, {"code": exit_code})
-        except RelayError:
-            pass  # the relay is gone; nothing left to tell
-        self._relay.close()
+            channel.send_control(Kind.FINISHED, {"code": exit_code, "links": self.engine.link_stats()})
+        except OSError:
+            pass
+        channel.close_gracefully()
 
     def abort(self, code: int, reason: str) -> None:
         """End the whole job: every rank exits with `code`."""
-        try:
-            self.send_to_relay(Kind.ABORT, {"code": code, "reason": reason})
-        except RelayError:
-            pass
+        channel = self.engine.relay
+        if channel is not None:
+            channel.send_control(Kind.ABORT, {"code": code, "reason": reason})
+            channel.drain(2.0)
         _exit_now(code)
 
-    def _on_relay_readable(self) -> None:
-        # Runs on the progress thread. The relay sends a rank nothing after the
-        # world except aborts and job failures; either ends this rank.
-        try:
-            self._relay.recv(timeout=5.0)
-        except socket.timeout:
-            return
-        except Aborted as exc:
+    # --------------------------------------------- relay events (progress thread)
+    def relay_control(self, kind: Kind, body: dict[str, Any]) -> None:
+        # The relay sends a rank nothing else after the world but aborts and job failures; either ends it.
+        if kind is Kind.ABORT:
+            exc = Aborted(int(body.get("code", 1)), str(body.get("reason", "")), body.get("rank"))
             self.engine.fail(TransportError(str(exc), "ERR_ABORTED"))
             _exit_now(exc.exit_code)
-        except RelayError as exc:
+        if kind is Kind.ERROR:
             if self._closed:
                 return
-            if exc.code == "lost":
-                # The launcher's relay is gone: nobody can abort or collect this
-                # job any more, so don't linger (and bill) as an orphan.
-                print(f"fmpi: rank {self.rank}: lost the relay at {self.spec.relay}; ending", file=sys.stderr)
-            else:
-                print(f"fmpi: rank {self.rank}: {exc}", file=sys.stderr)
-            self.engine.fail(TransportError(str(exc), "ERR_RELAY"))
+            print(f"fmpi: rank {self.rank}: {body.get('message', 'the relay failed the job')}", file=sys.stderr)
+            self.engine.fail(TransportError(str(body.get("message", "job failed")), "ERR_RELAY"))
             _exit_now(1)
+
+    def relay_lost(self, error: Exception) -> None:
+        if self._closed:
+            return
+        # The launcher's relay is gone: nobody can abort or collect this
+        # job any more, so don't linger (and bill) as an orphan.
+        print(f"fmpi: rank {self.rank}: lost the relay at {self.spec.relay} ({error}); ending", file=sys.stderr)
+        self.engine.fail(TransportError(f"lost the relay: {error}", "ERR_RELAY"))
+        _exit_now(1)
+
+    def link_event(self, info: dict[str, Any]) -> None:
+        # Each link is reported once, by its lower rank (its higher rank says the same).
+        if info.get("peer", -1) > self.rank and not self._closed:
+            self.send_to_relay(Kind.LINK, info)
 
 
 def _exit_now(code: int) -> None:
@@ -87,34 +120,50 @@ def _exit_now(code: int) -> None:
     os._exit(code)
 
 
-def join(spec: RankSpec, connect_timeout: float = 10.0) -> RankSession:
-    """Register at the relay, wait for the world, and start the transport."""
+def join(spec: RankSpec, connect_timeout: float = 10.0, options: TransportOptions | None = None) -> RankSession:
+    """Register at the relay, wait for the world, and start the transport.
+
+    `options`: transport settings; by default from the FMPI_* environment.
+    """
+    if options is None:
+        try:
+            options = TransportOptions.from_env(connect_timeout=connect_timeout)
+        except ValueError as exc:
+            raise SpecError(str(exc)) from None
     deadline = time.monotonic() + spec.fill_timeout
-    relay = RelayConnection(spec.relay, timeout=connect_timeout)
+    # Listen on the interface that reaches the relay: loopback for a local
+    # job, the LAN (or function) address when ranks span machines.
+    local_ip = route_source_ip(spec.relay)
+    shared = bind_reusable(local_ip, 0)
+    port = shared.getsockname()[1]
+    relay = RelayConnection(spec.relay, timeout=connect_timeout, sock=shared)
+    listener = None
     try:
-        # Listen on the interface that reaches the relay: loopback for a local
-        # job, the LAN address when ranks span machines.
-        local_ip = relay.sock.getsockname()[0]
-        listener = socket.create_server((local_ip, 0), backlog=128)
-        port = listener.getsockname()[1]
-        rank, size, observed = register(relay, spec.job, spec.token, spec.rank, spec.incarnation, [(local_ip, port)], connect_timeout)
+        observed, probe_port = observe(relay, connect_timeout)
+        probe = None
+        if observed != (local_ip, port) and probe_port is not None:
+            probe = probe_mapping(spec.relay, probe_port, bind_reusable(local_ip, port))
+        listener = make_listener(local_ip, port)
+        rank, size, observed = register(
+            relay, spec.job, spec.token, spec.rank, spec.incarnation, [(local_ip, port)], connect_timeout, probe
+        )
         peers = wait_world(relay, deadline)
     except BaseException:
         relay.close()
+        if listener is not None:
+            listener.close()
         raise
-    table = _endpoint_table(peers)
-    engine = Engine(rank, size, spec.token.encode(), lambda r: table[r], listener, connect_timeout=connect_timeout)
+    world = _addresses(peers)
+    table = {r: list(a.endpoints) for r, a in world.items()}
+    engine = Engine(
+        rank, size, spec.token.encode(), lambda r: table[r], listener,
+        options=options, routes=plan_routes(rank, world), local_addr=(local_ip, port),
+    )
     return RankSession(spec, rank, size, engine, relay)
 
 
-def _endpoint_table(peers: list[PeerInfo]) -> dict[int, list[tuple[str, int]]]:
-    """Where to reach each rank: its own listening addresses, then its public ip with the same port."""
-    table = {}
-    for p in peers:
-        candidates = list(p.endpoints)
-        for _, port in p.endpoints:
-            public = (p.observed[0], port)
-            if public not in candidates:
-                candidates.append(public)
-        table[p.rank] = candidates
-    return table
+def _addresses(peers: list[PeerInfo]) -> dict[int, PeerAddress]:
+    return {
+        p.rank: PeerAddress(p.rank, tuple(tuple(e) for e in p.endpoints), tuple(p.observed), p.probe)  # type: ignore[arg-type]
+        for p in peers
+    }

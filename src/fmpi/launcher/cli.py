@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..relay.client import RelayError, parse_relay_url
 from ..relay.server import RelayThread
+from ..transport.stats import describe_event
 from .job import Job, log
 from .local import SHIM_DIR, _fmpi_root, run_local
 from .rankspec import DEFAULT_FILL_TIMEOUT, RankSpec, SpecError
@@ -35,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "-np", dest="n", type=int, help="number of ranks")
     p.add_argument("--backend", choices=["local", "lambda", "localstack"], default="local", help="where ranks run (default: local)")
     p.add_argument("--relay", metavar="URL", help="use this relay (tcp://host:port) instead of starting one in fmpirun")
-    p.add_argument("--relay-listen", metavar="HOST:PORT", default="127.0.0.1:0", help="address of the relay fmpirun starts (default 127.0.0.1:0)")
+    p.add_argument("--relay-listen", metavar="HOST:PORT", help="address of the relay fmpirun starts (default 127.0.0.1:0; the Lambda backends need one the functions reach)")
     p.add_argument("--tag-output", action="store_true", help="prefix every output line with [rank]")
     p.add_argument("--fill-timeout", type=float, default=DEFAULT_FILL_TIMEOUT, metavar="S", help="seconds for all ranks to join (default %(default)g)")
     p.add_argument("--verbose", "-v", action="store_true", help="report job progress on stderr")
@@ -45,6 +46,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rank", type=int, default=-1, help="rank slot to take (with --join; default: any free slot)")
     p.add_argument("--size", type=int, help="world size (with --join)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the program and its arguments")
+    g = p.add_argument_group("Lambda backends (--backend lambda|localstack; see docs/lambda.md)")
+    g.add_argument("--function-name", default="fmpi-rank", metavar="NAME", help="the function the ranks run in (default %(default)s)")
+    g.add_argument("--memory", type=int, default=1769, metavar="MB", help="memory per rank (default %(default)s MB = one vCPU)")
+    g.add_argument("--timeout", type=int, default=900, metavar="S", help="function timeout per rank (default and maximum 900 s)")
+    g.add_argument("--role", metavar="ARN", help="execution role for a new function (ARN or role name)")
+    g.add_argument("--region", help="AWS region (default: from the AWS configuration)")
+    g.add_argument("--profile", help="AWS profile (default: from the AWS configuration)")
+    g.add_argument("--layers", action="append", default=[], metavar="ARN", help="layer ARNs (comma-separated or repeated)")
+    g.add_argument("--code", metavar="DIR", help="directory deployed with the program (default: the script's directory)")
+    g.add_argument("--endpoint-url", metavar="URL", help="AWS endpoint (default: AWS_ENDPOINT_URL; localstack: http://localhost:4566)")
+    g.add_argument("--no-bundle-deps", action="store_true", help="leave numpy and powertools out of the zip (a layer provides them)")
+    g.add_argument("--fanout-arity", type=int, metavar="K", help="start ranks through an invocation tree of arity K (0: all from fmpirun; default: a tree above 64 ranks)")
     return p
 
 
@@ -90,7 +103,11 @@ def _launch(args: argparse.Namespace) -> int:
     if args.fill_timeout <= 0:
         raise UsageError("--fill-timeout must be positive")
     if args.backend != "local":
-        raise UsageError(f"the {args.backend} backend is not available in this version of fmpi")
+        if args.print_join:
+            raise UsageError("--print-join works with the local backend only")
+        from .lambda_backend.launch import run as run_lambda
+
+        return run_lambda(args)
     command = None if args.print_join else resolve_command(args.command)
 
     relay = None
@@ -98,16 +115,19 @@ def _launch(args: argparse.Namespace) -> int:
         relay_url = args.relay
         parse_relay_url(relay_url)
     else:
-        host, _, port = args.relay_listen.rpartition(":")
+        relay_listen = args.relay_listen or "127.0.0.1:0"
+        host, _, port = relay_listen.rpartition(":")
         try:
             relay = RelayThread(host or "127.0.0.1", int(port))
         except (OSError, ValueError) as exc:
-            raise UsageError(f"cannot start the relay on {args.relay_listen}: {exc}") from None
+            raise UsageError(f"cannot start the relay on {relay_listen}: {exc}") from None
         relay_url = "tcp://{}:{}".format(*relay.address)
 
     def on_event(kind: str, body: dict) -> None:
         if args.verbose and kind in ("joined", "world", "lost", "finished"):
             log(f"{kind}: {body}")
+        elif args.verbose and kind == "link":
+            log(describe_event(body))
 
     job = Job(relay_url, args.n, args.fill_timeout, on_output=_print_output, on_event=on_event)
     if args.verbose:
@@ -120,11 +140,23 @@ def _launch(args: argparse.Namespace) -> int:
             if outcome.message:
                 log(outcome.message)
             outcome_code = outcome.code
+        _report_links(job, args.verbose, outcome_code == 0)
     finally:
         job.end()
         if relay is not None:
             relay.stop()
     return outcome_code
+
+
+def _report_links(job: Job, verbose: bool, complete: bool) -> None:
+    """How many links were direct / punched / relayed, and how long set-up took."""
+    if complete:  # the ranks' FINISHED reports may trail their exits by a moment
+        job.wait(lambda s: len(s.finished) + len(s.lost) >= job.size, 1.0)
+    summary = job.state.links.summary()
+    if summary:
+        for line in job.state.links.details() if verbose else ():
+            log(line)
+        log(summary)
 
 
 def _serve_join(job: Job, relay_url: str) -> int:

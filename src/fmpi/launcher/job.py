@@ -11,6 +11,7 @@ from typing import Callable
 
 from ..relay.client import Aborted, RelayConnection, RelayError
 from ..relay.protocol import Kind
+from ..transport.stats import LinkTable
 from .rankspec import RankSpec
 
 
@@ -22,6 +23,7 @@ class JobState:
     lost: set[int] = field(default_factory=set)
     aborts: list[Aborted] = field(default_factory=list)  # every abort the relay relayed, in order
     failure: RelayError | None = None
+    links: LinkTable = field(default_factory=LinkTable)  # rank pair -> channel, set-up time, failovers
 
     @property
     def abort(self) -> Aborted | None:
@@ -126,6 +128,10 @@ def _apply(state: JobState, kind: str, body: dict) -> None:
         state.world_seconds = body["seconds"]
     elif kind == "finished":
         state.finished[body["rank"]] = body["code"]
+        for report in body.get("links") or []:
+            state.links.add(body["rank"], report)
+    elif kind == "link":
+        state.links.add(body["rank"], body)
     elif kind == "lost":
         state.lost.add(body["rank"])
 

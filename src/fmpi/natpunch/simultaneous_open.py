@@ -63,9 +63,11 @@ from __future__ import annotations
 
 import errno
 import ipaddress
+import os
 import random
 import selectors
 import socket
+import threading
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -76,6 +78,7 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "RETRY_INTERVAL",
     "Endpoint",
+    "PunchCancel",
     "PunchResult",
     "bind_reusable",
     "deadline_in",
@@ -219,6 +222,7 @@ class _Peer:
     done_at: float | None = None        # first success time
     settle_until: float | None = None   # keep other attempts until then
     extras: list[socket.socket] = field(default_factory=list)
+    cancelled: bool = False
 
     @property
     def finished(self) -> bool:
@@ -226,6 +230,63 @@ class _Peer:
 
 
 _LISTENER = object()
+_CANCEL = object()
+
+
+class PunchCancel:
+    """Stops peers of a running :func:`punch_many` from another thread.
+
+    The transport punches a batch of peers in one call; when one of them is
+    linked some other way meanwhile (the peer's own connection reached our
+    listener, or the pair moved to the relay), ``cancel(key)`` closes that
+    peer's attempts at once instead of letting them run to the deadline.
+    ``cancel()`` without a key stops the whole call.  A pipe wakes the
+    punch loop, so cancelling costs no polling.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._keys: set[Hashable] = set()
+        self._all = False
+        self._closed = False
+        self._r, self._w = os.pipe()
+        os.set_blocking(self._r, False)
+        os.set_blocking(self._w, False)
+
+    def cancel(self, key: Hashable | None = None) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            if key is None:
+                self._all = True
+            else:
+                self._keys.add(key)
+            try:
+                os.write(self._w, b"x")
+            except BlockingIOError:
+                pass  # a wake-up is pending anyway
+
+    def cancelled(self, key: Hashable) -> bool:
+        with self._lock:
+            return self._all or key in self._keys
+
+    def fileno(self) -> int:
+        return self._r
+
+    def _drain(self) -> None:
+        try:
+            while os.read(self._r, 4096):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            os.close(self._r)
+            os.close(self._w)
 
 # Pseudo error of an attempt that got no answer within attempt_timeout.
 # Every error is retried (the peer may start punching at any moment); the
@@ -261,6 +322,8 @@ def punch_many(
     attempt_timeout: float = ATTEMPT_TIMEOUT,
     settle: float = 0.0,
     unmatched: list[tuple[socket.socket, Endpoint]] | None = None,
+    cancel: PunchCancel | None = None,
+    on_result: Callable[[K, PunchResult], None] | None = None,
     rng: random.Random | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> dict[K, PunchResult]:
@@ -296,6 +359,15 @@ def punch_many(
     Retrying: a failed attempt (RST, ICMP unreachable, 4-tuple still busy)
     is re-issued after a jittered ``retry_interval``; an attempt that got no
     answer for ``attempt_timeout`` is closed and re-issued.
+
+    ``cancel``: a :class:`PunchCancel` another thread may use to stop some
+    peers (or all) early; they fail with a reason saying so.
+
+    ``on_result(key, result)``: called for every peer as soon as its outcome
+    is known -- a connection the moment it is made (with ``settle=0``), a
+    failure at the end -- so that a batch of punches does not hold back a
+    finished peer until the slowest one is done (its partner may be waiting
+    for our handshake).  The returned dict holds the same results.
 
     ``settle``: after a peer's first connection, keep its other candidate
     attempts running this many seconds and return whatever else connects in
@@ -345,6 +417,8 @@ def punch_many(
         listener_timeout = listener.gettimeout()
         listener.setblocking(False)
         sel.register(listener, selectors.EVENT_READ, _LISTENER)
+    if cancel is not None:
+        sel.register(cancel.fileno(), selectors.EVENT_READ, _CANCEL)
 
     def close_attempt(att: _Attempt) -> None:
         if att.sock is not None:
@@ -354,6 +428,13 @@ def punch_many(
                 pass
             att.sock.close()
             att.sock = None
+
+    reported: dict[int, PunchResult] = {}
+
+    def report(p: _Peer, result: PunchResult) -> None:
+        reported[id(p)] = result
+        if on_result is not None:
+            on_result(p.key, result)  # type: ignore[arg-type]
 
     def succeed(p: _Peer, sock: socket.socket, remote: Endpoint, via: str, now: float) -> None:
         _tune_connected(sock)
@@ -365,6 +446,8 @@ def punch_many(
         if settle <= 0:
             for other in p.attempts:
                 close_attempt(other)
+            if id(p) not in reported:
+                report(p, _success(p, now0))
 
     def start_attempt(att: _Attempt, now: float) -> None:
         att.tries += 1
@@ -441,8 +524,14 @@ def punch_many(
     try:
         while True:
             now = clock()
+            if cancel is not None:
+                for p in peer_states:
+                    if not p.finished and not p.cancelled and cancel.cancelled(p.key):
+                        p.cancelled = True
+                        for att in p.attempts:
+                            close_attempt(att)
             # (a peer without candidates can only fail)
-            pending = [p for p in peer_states if not p.finished and p.attempts]
+            pending = [p for p in peer_states if not p.finished and not p.cancelled and p.attempts]
             settling = [p for p in peer_states
                         if p.finished and p.settle_until is not None and now < p.settle_until]
             for p in peer_states:
@@ -476,12 +565,15 @@ def punch_many(
                     elif not p.finished or settle > 0:
                         wake = min(wake, att.next_try)
 
-            if settle <= 0 and not any(not p.finished and p.attempts for p in peer_states):
+            if settle <= 0 and not any(not p.finished and not p.cancelled and p.attempts for p in peer_states):
                 continue  # an immediate connect finished the last peer
             for sk, _mask in sel.select(timeout=max(0.0, wake - clock())):
                 now = clock()
                 if sk.data is _LISTENER:
                     on_acceptable(now)
+                elif sk.data is _CANCEL:
+                    assert cancel is not None
+                    cancel._drain()
                 elif isinstance(sk.data, _Attempt):
                     if sk.data.sock is sk.fileobj:  # not closed meanwhile
                         on_writable(sk.data, now)
@@ -507,23 +599,35 @@ def punch_many(
     end = clock()
     results: dict[K, PunchResult] = {}
     for key, p in zip(peers.keys(), peer_states, strict=True):
-        errors = {a.endpoint: (a.last_error or "not attempted") for a in p.attempts}
-        tries = sum(a.tries for a in p.attempts)
-        if p.sock is not None:
-            assert p.done_at is not None
-            results[key] = PunchResult(ok=True, sock=p.sock, remote=p.remote, via=p.via,
-                                       reason=f"connected via {p.via} to "
-                                              f"{p.remote[0]}:{p.remote[1]}" if p.remote else "",
-                                       elapsed=p.done_at - now0, attempts=tries,
-                                       errors=errors, extra_socks=p.extras)
+        result = reported.get(id(p))
+        if result is not None:
+            result.extra_socks.extend(s for s in p.extras if s not in result.extra_socks)
+        elif p.sock is not None:
+            result = _success(p, now0)
+            report(p, result)
         else:
-            results[key] = PunchResult(ok=False, sock=None, remote=None, via=None,
-                                       reason=_failure_reason(key, p, end - now0, active),
-                                       elapsed=end - now0, attempts=tries, errors=errors)
+            errors = {a.endpoint: (a.last_error or "not attempted") for a in p.attempts}
+            result = PunchResult(ok=False, sock=None, remote=None, via=None,
+                                 reason=_failure_reason(key, p, end - now0, active),
+                                 elapsed=end - now0, attempts=sum(a.tries for a in p.attempts), errors=errors)
+            report(p, result)
+        results[key] = result
     return results
 
 
+def _success(p: _Peer, now0: float) -> PunchResult:
+    assert p.sock is not None and p.done_at is not None
+    return PunchResult(ok=True, sock=p.sock, remote=p.remote, via=p.via,
+                       reason=f"connected via {p.via} to "
+                              f"{p.remote[0]}:{p.remote[1]}" if p.remote else "",
+                       elapsed=p.done_at - now0, attempts=sum(a.tries for a in p.attempts),
+                       errors={a.endpoint: (a.last_error or "not attempted") for a in p.attempts},
+                       extra_socks=p.extras)
+
+
 def _failure_reason(key: Hashable, p: _Peer, elapsed: float, active: bool) -> str:
+    if p.cancelled:
+        return f"hole punch to peer {key!r} cancelled after {elapsed:.2f}s"
     if not p.attempts:
         return f"peer {key!r}: no candidate endpoints"
     if not active:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import struct
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -46,17 +47,35 @@ class PeerInfo:
     rank: int
     endpoints: list[tuple[str, int]]
     observed: tuple[str, int]
+    probe: tuple[str, int] | None = None  # where the relay's probe port saw it (NAT type detection)
 
 
 class RelayConnection:
-    """One framed connection to the relay."""
+    """One framed connection to the relay.
 
-    def __init__(self, url: str, timeout: float = 10.0, source: tuple[str, int] | None = None) -> None:
+    `sock`: an unconnected socket to connect from (a rank binds its shared
+    port first, so the relay observes the port its peers must punch to).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        timeout: float = 10.0,
+        source: tuple[str, int] | None = None,
+        sock: socket.socket | None = None,
+    ) -> None:
         self.url = url
         host, port = parse_relay_url(url)
         try:
-            self.sock = socket.create_connection((host, port), timeout=timeout, source_address=source)
+            if sock is None:
+                self.sock = socket.create_connection((host, port), timeout=timeout, source_address=source)
+            else:
+                self.sock = sock
+                sock.settimeout(timeout)
+                sock.connect(_resolve(host, port))
         except OSError as exc:
+            if sock is not None:
+                sock.close()
             raise RelayError(f"cannot reach the relay at {url}: {exc}", "unreachable") from None
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._buf = bytearray()
@@ -99,8 +118,69 @@ class RelayConnection:
         del self._buf[:n]
         return data
 
+    def take_buffer(self) -> bytes:
+        """Bytes read from the relay but not consumed yet (handed over with the socket)."""
+        data, self._buf = bytes(self._buf), bytearray()
+        return data
+
     def close(self) -> None:
         self.sock.close()
+
+
+def _resolve(host: str, port: int) -> tuple[str, int]:
+    info = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)
+    return info[0][4][:2]
+
+
+def route_source_ip(url: str) -> str:
+    """The local address this machine would use to reach the relay (no packet is sent)."""
+    host, port = parse_relay_url(url)
+    try:
+        target = _resolve(host, port)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(target)
+            return probe.getsockname()[0]
+    except OSError as exc:
+        raise RelayError(f"cannot reach the relay at {url}: {exc}", "unreachable") from None
+
+
+def observe(conn: RelayConnection, timeout: float) -> tuple[tuple[str, int], int | None]:
+    """Before REGISTER: (where the relay sees this connection come from, the relay's probe port)."""
+    conn.send(Kind.OBSERVE, {})
+    try:
+        body = conn.expect(Kind.OBSERVED, timeout)
+    except socket.timeout:
+        raise RelayError(f"the relay at {conn.url} did not answer within {timeout:g} s", "timeout") from None
+    observed = body.get("observed")
+    probe_port = body.get("probe_port")
+    return (str(observed[0]), int(observed[1])), probe_port if isinstance(probe_port, int) else None
+
+
+def probe_mapping(url: str, probe_port: int, sock: socket.socket, timeout: float = 2.0) -> tuple[str, int] | None:
+    """Connect `sock` (bound to the shared port) to the relay's probe port: where does the relay see it?
+
+    Behind a NAT that keeps one mapping per local port (cone), the answer
+    equals what the main relay port observed; behind a symmetric NAT it
+    differs. None when the probe fails (then the NAT type stays unknown).
+    """
+    host, _ = parse_relay_url(url)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(_resolve(host, probe_port))
+        data = bytearray()
+        while True:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        kind, length = decode_header(bytes(data[:HEADER_SIZE]), MAX_SERVER_FRAME)
+        body = decode_body(kind, bytes(data[HEADER_SIZE : HEADER_SIZE + length]))
+        observed = body["observed"]
+        return str(observed[0]), int(observed[1])
+    except (OSError, ProtocolError, KeyError, TypeError, ValueError, IndexError, struct.error):
+        return None
+    finally:
+        sock.close()
 
 
 def register(
@@ -111,12 +191,15 @@ def register(
     incarnation: str,
     endpoints: list[tuple[str, int]],
     timeout: float,
+    probe: tuple[str, int] | None = None,
 ) -> tuple[int, int, tuple[str, int]]:
     """Take a rank slot; returns (rank, size, the address the relay saw us come from)."""
-    conn.send(
-        Kind.REGISTER,
-        {"job": job, "token": token, "rank": rank, "incarnation": incarnation, "endpoints": [list(e) for e in endpoints]},
-    )
+    body: dict[str, Any] = {
+        "job": job, "token": token, "rank": rank, "incarnation": incarnation, "endpoints": [list(e) for e in endpoints],
+    }
+    if probe is not None:
+        body["probe"] = list(probe)
+    conn.send(Kind.REGISTER, body)
     try:
         body = conn.expect(Kind.REGISTERED, timeout)
     except socket.timeout:
@@ -131,4 +214,7 @@ def wait_world(conn: RelayConnection, deadline: float) -> list[PeerInfo]:
         body = conn.expect(Kind.WORLD, remaining + 5.0)  # the relay enforces the deadline; this is a backstop
     except socket.timeout:
         raise RelayError("the relay never published the world", "timeout") from None
-    return [PeerInfo(p["rank"], [tuple(e) for e in p["endpoints"]], tuple(p["observed"])) for p in body["peers"]]
+    return [
+        PeerInfo(p["rank"], [tuple(e) for e in p["endpoints"]], tuple(p["observed"]), tuple(p["probe"]) if p.get("probe") else None)
+        for p in body["peers"]
+    ]

@@ -4,9 +4,26 @@ A launcher CREATEs a job (id, secret token, size) and watches it; ranks
 REGISTER into the job's rank slots with the token. The relay records the
 address each rank's connection came from (its public endpoint behind a NAT),
 and once every slot is taken it publishes the WORLD — every rank's endpoints
-— to all of them. It forwards aborts to every member, relays rank output and
-progress events to the launcher, and fails a job that does not fill in time,
-naming the missing ranks.
+— to all of them. It forwards aborts to every member, relays rank output,
+progress and link events to the launcher, tells members when one of them is
+lost, and fails a job that does not fill in time, naming the missing ranks.
+
+NAT traversal support:
+
+* a *probe port*: any connection to it gets one OBSERVED frame saying where
+  it came from, then is closed. A rank behind a NAT connects to it from its
+  shared port; if the address differs from what the main port saw, its NAT
+  maps per destination (symmetric) and punching is pointless. A rank may
+  also ask the main port (OBSERVE, before REGISTER).
+* FORWARD frames: the byte stream of a relayed rank pair, chunk by chunk.
+  The relay stamps the sender's rank on each chunk and passes it on; it
+  never parses it. Flow control keeps memory bounded: after writing to a
+  destination whose send buffer passed ``forward_high_water`` bytes, the
+  relay stops reading from the sender until the destination drains. A
+  destination that does not drain within ``forward_stall_timeout`` is cut
+  off (it is not reading: one client cannot stall the others for ever).
+  Undeliverable chunks (the rank finished, or is gone) are dropped with one
+  UNDELIVERABLE notice per sender and destination.
 
 One job's trouble never reaches another: every connection is handled on its
 own, bad frames close only the connection that sent them, and all limits
@@ -19,12 +36,14 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from .protocol import (
+    FORWARD_RANK,
     HEADER_SIZE,
     MAX_CLIENT_FRAME,
     Kind,
@@ -32,8 +51,12 @@ from .protocol import (
     decode_body,
     decode_header,
     encode,
+    forward_header,
+    parse_endpoint,
     parse_endpoints,
 )
+
+LINK_KINDS = ("direct", "punched", "relayed")
 
 log = logging.getLogger("fmpi.relay")
 
@@ -64,6 +87,12 @@ class Connection:
             return
         self.writer.write(encode(kind, body))
 
+    def forward(self, source: int, chunk: memoryview) -> None:
+        self.writer.writelines([forward_header(source, len(chunk)), chunk])
+
+    def backlog(self) -> int:
+        return self.writer.transport.get_write_buffer_size()
+
     def close(self) -> None:
         if not self.writer.is_closing():
             self.writer.close()
@@ -76,7 +105,10 @@ class Member:
     conn: Connection
     endpoints: list[tuple[str, int]]
     observed: tuple[str, int]
+    probe: tuple[str, int] | None = None
     finished: int | None = None
+    left: bool = False  # its connection closed
+    told_undeliverable: set[int] = field(default_factory=set)
 
 
 @dataclass(eq=False)
@@ -90,6 +122,7 @@ class Job:
     world_published: bool = False
     fill_timer: asyncio.TimerHandle | None = None
     over: bool = False
+    aborted: bool = False  # members are going away: no more PEER_LOST notices
 
     def missing(self) -> list[int]:
         return [r for r in range(self.size) if r not in self.members]
@@ -108,9 +141,17 @@ class RelayServer:
         max_frame: int = MAX_CLIENT_FRAME,
         first_frame_timeout: float = 10.0,
         max_backlog: int = 64 << 20,
+        probe_port: int | None = 0,
+        forward_high_water: int = 4 << 20,
+        forward_stall_timeout: float = 30.0,
+        lost_notice_delay: float = 1.0,
     ) -> None:
         self._host = host
         self._port = port
+        self._probe_port = probe_port
+        self.forward_high_water = forward_high_water
+        self.forward_stall_timeout = forward_stall_timeout
+        self.lost_notice_delay = lost_notice_delay
         self.max_jobs = max_jobs
         self.max_job_size = max_job_size
         self.max_frame = max_frame
@@ -118,6 +159,7 @@ class RelayServer:
         self.max_backlog = max_backlog
         self.jobs: dict[str, Job] = {}
         self._server: asyncio.base_events.Server | None = None
+        self._probe_server: asyncio.base_events.Server | None = None
         self._handlers: dict[asyncio.Task, Connection] = {}
 
     @property
@@ -126,8 +168,21 @@ class RelayServer:
         host, port = self._server.sockets[0].getsockname()[:2]
         return host, port
 
+    @property
+    def probe_port(self) -> int | None:
+        if self._probe_server is None:
+            return None
+        return self._probe_server.sockets[0].getsockname()[1]
+
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._handle, self._host, self._port, reuse_address=True)
+        if self._probe_port is not None:
+            try:
+                self._probe_server = await asyncio.start_server(
+                    self._probe, self._host, self._probe_port, reuse_address=True
+                )
+            except OSError as exc:
+                log.warning("no probe port (NAT type detection off): %s", exc)
 
     async def serve_forever(self) -> None:
         assert self._server is not None
@@ -137,12 +192,23 @@ class RelayServer:
     async def close(self) -> None:
         for job in list(self.jobs.values()):
             self._end_job(job, abort_reason="the relay is shutting down")
-        if self._server is not None:
-            self._server.close()
+        for server in (self._server, self._probe_server):
+            if server is not None:
+                server.close()
         # Drop every connection; handlers then end on their own (no cancellation).
         for conn in self._handlers.values():
             conn.writer.transport.abort()
         await asyncio.gather(*self._handlers, return_exceptions=True)
+
+    async def _probe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """The probe port: say where the connection came from, then close."""
+        try:
+            writer.write(encode(Kind.OBSERVED, {"observed": list(writer.get_extra_info("peername")[:2])}))
+            await asyncio.wait_for(writer.drain(), 5.0)
+        except (OSError, asyncio.TimeoutError, ConnectionError):
+            pass
+        finally:
+            writer.close()
 
     # ----------------------------------------------------------- connections
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -153,15 +219,22 @@ class RelayServer:
         job: Job | None = None
         try:
             kind, body = await asyncio.wait_for(self._read(conn), self.first_frame_timeout)
+            if kind is Kind.OBSERVE:
+                conn.send(Kind.OBSERVED, {"observed": list(conn.peer), "probe_port": self.probe_port})
+                kind, body = await asyncio.wait_for(self._read(conn), self.first_frame_timeout)
             if kind is Kind.CREATE:
                 job = role = self._create(conn, body)
             elif kind is Kind.REGISTER:
                 job, role = self._register(conn, body)
             else:
-                raise Refused("protocol", f"a connection must start with CREATE or REGISTER, not {kind.name}")
+                raise Refused("protocol", f"a connection must start with CREATE or REGISTER (or OBSERVE), not {kind.name}")
             while True:
-                kind, body = await self._read(conn)
-                self._dispatch(job, role, kind, body)
+                kind, length = decode_header(await conn.reader.readexactly(HEADER_SIZE), self.max_frame)
+                payload = await conn.reader.readexactly(length) if length else b""
+                if kind is Kind.FORWARD:
+                    await self._forward(job, role, payload)
+                else:
+                    self._dispatch(job, role, kind, decode_body(kind, payload))
         except Refused as exc:
             conn.send(Kind.ERROR, {"code": exc.code, "message": str(exc)})
         except ProtocolError as exc:
@@ -172,7 +245,6 @@ class RelayServer:
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
             pass
         finally:
-            self._handlers.pop(task, None)
             if job is not None:
                 self._disconnected(job, role)
             conn.close()
@@ -180,6 +252,38 @@ class RelayServer:
     async def _read(self, conn: Connection) -> tuple[Kind, dict[str, Any]]:
         kind, length = decode_header(await conn.reader.readexactly(HEADER_SIZE), self.max_frame)
         return kind, decode_body(kind, await conn.reader.readexactly(length) if length else b"")
+
+    async def _forward(self, job: Job, role: Job | Member, payload: bytes) -> None:
+        """Pass a chunk of a relayed link on to its destination rank (see the module docstring)."""
+        if not isinstance(role, Member) or not job.world_published:
+            raise Refused("protocol", "FORWARD is for members of a job whose world is published")
+        if len(payload) < FORWARD_RANK.size:
+            raise ProtocolError("FORWARD frame without a rank")
+        (dest,) = FORWARD_RANK.unpack_from(payload)
+        target = job.members.get(dest)
+        reason = None
+        if target is None or dest == role.rank:
+            reason = "unknown"
+        elif target.finished is not None:
+            reason = "finished"
+        elif target.left or target.conn.writer.is_closing():
+            reason = "lost"
+        if reason is not None:
+            if dest not in role.told_undeliverable:
+                role.told_undeliverable.add(dest)
+                what = {"unknown": "is not a member of this job", "finished": "has finalized", "lost": "is gone"}[reason]
+                role.conn.send(Kind.UNDELIVERABLE, {"rank": dest, "reason": reason, "message": f"rank {dest} {what}"})
+            return
+        conn = target.conn
+        conn.forward(role.rank, memoryview(payload)[FORWARD_RANK.size :])
+        if conn.backlog() > self.forward_high_water:
+            try:
+                await asyncio.wait_for(conn.writer.drain(), self.forward_stall_timeout)
+            except asyncio.TimeoutError:
+                log.warning("job %s: rank %d does not read its relayed frames; dropping it", job.id, dest)
+                conn.writer.transport.abort()
+            except (ConnectionError, OSError):
+                pass
 
     def _dispatch(self, job: Job, role: Job | Member, kind: Kind, body: dict[str, Any]) -> None:
         if kind is Kind.ABORT:
@@ -189,7 +293,16 @@ class RelayServer:
             job.watcher.send(Kind.EVENT, {"type": "output", "rank": role.rank, "stream": body["stream"], "data": body["data"]})
         elif isinstance(role, Member) and kind is Kind.FINISHED:
             role.finished = body["code"]
-            job.watcher.send(Kind.EVENT, {"type": "finished", "rank": role.rank, "code": role.finished})
+            event = {"type": "finished", "rank": role.rank, "code": role.finished}
+            links = _link_reports(body.get("links"), job.size)
+            if links is not None:
+                event["links"] = links
+            job.watcher.send(Kind.EVENT, event)
+        elif isinstance(role, Member) and kind is Kind.LINK:
+            if body["kind"] in LINK_KINDS:
+                event = {"type": "link", "rank": role.rank, "peer": body["peer"], "kind": body["kind"],
+                         "seconds": body["seconds"], "event": str(body.get("event", "up"))[:16]}
+                job.watcher.send(Kind.EVENT, event)
         elif isinstance(role, Job) and kind is Kind.END:
             self._end_job(job)
         else:
@@ -237,7 +350,8 @@ class RelayServer:
                 f"rank {rank} of job {job.id!r} is already registered (incarnation {other.incarnation!r}); "
                 f"this duplicate (incarnation {body['incarnation']!r}) is refused",
             )
-        member = Member(rank, body["incarnation"], conn, parse_endpoints(body["endpoints"]), conn.peer)
+        probe = parse_endpoint(body["probe"]) if body.get("probe") is not None else None
+        member = Member(rank, body["incarnation"], conn, parse_endpoints(body["endpoints"]), conn.peer, probe)
         job.members[rank] = member
         conn.send(Kind.REGISTERED, {"rank": rank, "size": job.size, "observed": list(conn.peer)})
         job.watcher.send(Kind.EVENT, {"type": "joined", "rank": rank, "joined": len(job.members), "size": job.size})
@@ -250,7 +364,12 @@ class RelayServer:
         if job.fill_timer is not None:
             job.fill_timer.cancel()
         peers = [
-            {"rank": m.rank, "endpoints": [list(e) for e in m.endpoints], "observed": list(m.observed)}
+            {
+                "rank": m.rank,
+                "endpoints": [list(e) for e in m.endpoints],
+                "observed": list(m.observed),
+                "probe": list(m.probe) if m.probe else None,
+            }
             for m in sorted(job.members.values(), key=lambda m: m.rank)
         ]
         body = {"size": job.size, "peers": peers}
@@ -272,6 +391,7 @@ class RelayServer:
     def _abort(self, job: Job, code: int, reason: str, origin: int | None) -> None:
         if job.over:
             return
+        job.aborted = True
         body = {"code": code, "reason": reason, "rank": origin}
         for m in job.members.values():
             m.conn.send(Kind.ABORT, body)
@@ -310,8 +430,42 @@ class RelayServer:
             # Before the world is out, a slot whose rank went away may be taken again.
             del job.members[role.rank]
             job.watcher.send(Kind.EVENT, {"type": "left", "rank": role.rank, "joined": len(job.members)})
-        elif role.finished is None:
+            return
+        role.left = True
+        if role.finished is None:
             job.watcher.send(Kind.EVENT, {"type": "lost", "rank": role.rank})
+            # The others must not wait for it (a link set-up, a relayed message).
+            # After a short grace, so that a launcher that sees the process die
+            # names that as the cause (and aborts the job) before the ranks
+            # stumble on the missing peer.
+            asyncio.get_running_loop().call_later(self.lost_notice_delay, self._notify_lost, job, role)
+
+    def _notify_lost(self, job: Job, lost: Member) -> None:
+        if job.over or job.aborted:
+            return
+        for m in job.members.values():
+            if m is not lost and not m.left:
+                m.conn.send(Kind.PEER_LOST, {"rank": lost.rank})
+
+
+def _link_reports(raw: Any, size: int) -> list[dict[str, Any]] | None:
+    """The link statistics a rank sent with FINISHED, checked and trimmed."""
+    if not isinstance(raw, list):
+        return None
+    out = []
+    for item in raw[:size]:
+        if not isinstance(item, dict):
+            continue
+        peer, kind = item.get("peer"), item.get("kind")
+        seconds, failovers = item.get("seconds"), item.get("failovers", 0)
+        if not isinstance(peer, int) or kind not in LINK_KINDS:
+            continue
+        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
+            seconds = None
+        if not isinstance(failovers, int) or isinstance(failovers, bool):
+            failovers = 0
+        out.append({"peer": peer, "kind": kind, "seconds": seconds, "failovers": failovers})
+    return out
 
 
 def _ranges(ranks: list[int]) -> str:
@@ -338,6 +492,12 @@ class RelayThread:
         self._error: BaseException | None = None
 
         def run() -> None:
+            # Writing to a rank that just died must fail with EPIPE, not kill the
+            # process hosting the relay (fmpirun restores the default SIGPIPE action
+            # so that `fmpirun ... | head` ends quietly): SIGPIPE raised by this
+            # thread's writes stays pending on it, blocked.
+            if hasattr(signal, "pthread_sigmask"):
+                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGPIPE})
             asyncio.set_event_loop(self._loop)
             try:
                 self._loop.run_until_complete(self.server.start())

@@ -1,63 +1,76 @@
-"""The progress engine: links to peers, message matching, and the thread that drives them.
+"""The progress engine: point-to-point messages between the ranks of one job.
 
-One daemon thread per rank sleeps in ``select`` (epoll) on every link, the
-listening socket and a wake-up pipe — it never polls, so an idle rank costs
-no CPU. Sends are written directly by the calling thread while a link's queue
-is empty; only what the kernel cannot take right away is handed to the
-progress thread. Links are made lazily, on the first message to a peer, so a
-rank holds sockets only for the peers it actually talks to.
+One daemon thread per rank (``progress.ProgressLoop``) sleeps in ``select``
+(epoll) on every link, the listening socket, the relay connection and a
+wake-up pipe; it never polls, so an idle rank costs no CPU. Sends are written
+directly by the calling thread while the carrier's queue is empty; only what
+the kernel cannot take right away is handed to the progress thread.
 
-Link set-up (connect or accept, plus the authenticated handshake) runs on a
-small thread pool: it is blocking code with timeouts, and a slow or hostile
-connector can never stall the progress thread.
+Each peer has one reliable, ordered stream of frames (``stream.Stream``:
+sequence numbers, cumulative ACKs, resending) over one *carrier* at a time:
+
+* a TCP link made by plain connect (``direct``) or by hole punching
+  (``punched``), set up lazily on the first message (``linkup.Linker``);
+* the relay (``relayed``): fmpi frames cut into FORWARD chunks
+  (``relay_channel``), when punching is impossible or failed.
+
+A TCP link that dies without the peer's BYE (reset, or silent for
+``link_timeout``) *fails over*: both ends detach it, say RESUME through the
+relay with the next sequence number they expect, and resend from there on
+the relay. No message is lost, duplicated or reordered, and the program sees
+nothing. With no relay (engines wired by hand, as in tests), a dead link
+fails the peer as before.
 
 Locking: ``_lock`` guards peers, the matcher and op completion (and is the
-lock of ``_cond``, which waiters sleep on). A link's own write lock is only
-ever taken after ``_lock`` or alone, never the other way round.
+lock of ``_cond``, which waiters sleep on). Lock order: ``_lock``, then a
+stream's lock, then a carrier's write lock; each may also be taken alone.
 """
 
 from __future__ import annotations
 
-import enum
-import heapq
-import itertools
 import os
-import selectors
 import socket
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Protocol, Sequence
 
+from ..relay.protocol import Kind as RelayKind
+from ..relay.protocol import ProtocolError
+from .assembler import FrameAssembler
 from .frames import Flag, FrameError, Header, Kind
-from .handshake import HandshakeError, Verdict, accept_side, connect_side, read_hello
-from .link import Link, PeerClosed
+from .link import Link, PeerClosed, set_liveness
+from .linkup import Linker
 from .matching import ANY_SOURCE, Matcher
+from .options import TransportOptions
+from .peers import Peer, PeerState
+from .progress import ProgressLoop
+from .relay_channel import RelayChannel, RelayLost, RelayRoute
 from .requests import Arrived, Op, RecvOp, SendOp, TransportError
+from .routes import Route
+from .stream import Carrier, Entry, Stream
 
 Endpoint = tuple[str, int]
 
+DEBUG = bool(os.environ.get("FMPI_DEBUG_LINKS"))  # trace link set-up and failover on stderr
 
-class PeerState(enum.Enum):
-    NONE = "no link"
-    CONNECTING = "connecting"
-    AWAITING = "waiting for the peer's connection"  # our attempt lost the tie
-    ACCEPTING = "accepting"
-    LINKED = "linked"
-    GONE = "gone"
+# Frames at least this large that their sender waits on are acknowledged the
+# moment they are in; smaller ones once the read batch is done (one ACK for many).
+EARLY_ACK = 256 * 1024
+_SYNC = int(Flag.SYNC)
+_ACK_NOW = int(Flag.ACK_NOW)
+
+READ = 1  # selectors.EVENT_READ
+WRITE = 2  # selectors.EVENT_WRITE
 
 
-class _Peer:
-    __slots__ = ("rank", "state", "link", "backlog", "error")
+class RelayHandler(Protocol):
+    """Who hears about relay events the transport does not handle itself (the rank's session)."""
 
-    def __init__(self, rank: int) -> None:
-        self.rank = rank
-        self.state = PeerState.NONE
-        self.link: Link | None = None
-        # Messages sent before the link exists, in order: (context, source, tag, parts, nbytes, op)
-        self.backlog: list[tuple] = []
-        self.error: TransportError | None = None
+    def relay_control(self, kind: RelayKind, body: dict[str, Any]) -> None: ...
+    def relay_lost(self, error: Exception) -> None: ...
+    def link_event(self, info: dict[str, Any]) -> None: ...
 
 
 class Engine:
@@ -73,37 +86,36 @@ class Engine:
         *,
         connect_timeout: float = 10.0,
         retry_after_tie: float = 2.0,
+        options: TransportOptions | None = None,
+        routes: dict[int, Route] | None = None,
+        local_addr: Endpoint | None = None,
     ) -> None:
         self.rank = rank
         self.size = size
+        self.options = options or TransportOptions(connect_timeout=connect_timeout, retry_after_tie=retry_after_tie)
         self._secret = secret
-        self._endpoints = endpoints
-        self._connect_timeout = connect_timeout
-        self._retry_after_tie = retry_after_tie
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._matcher: Matcher[RecvOp, Arrived] = Matcher()
-        self._peers: dict[int, _Peer] = {}
+        self._peers: dict[int, Peer] = {}
         self._inflight: dict[int, tuple[RecvOp | None, memoryview | bytearray]] = {}
         self._fatal: TransportError | None = None
-        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix=f"fmpi-link-{rank}")
-        self._sel = selectors.DefaultSelector()
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-        self._todo: list[Callable[[], None]] = []
-        self._todo_lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix=f"fmpi-link-{rank}")
+        self._relay: RelayChannel | None = None
+        self._relay_handler: RelayHandler | None = None
+        self._relay_asm: dict[int, FrameAssembler] = {}
+        self._touched: set[int] = set()  # peers that sent sequenced frames in this read batch
         self._watched: set[socket.socket] = set()  # sockets the caller owns (never closed here)
-        self._timers: list[tuple[float, int, Callable[[], None]]] = []
-        self._timer_ids = itertools.count()
-        self._stopping = False
-        self._sel.register(self._wake_r, selectors.EVENT_READ, self._on_wake)
+        self._old_links: list[Link] = []  # links replaced by the relay (for traffic counts)
+        self._draining = False  # finalize waits for acknowledgements
+        self._closing = False  # finalize has said BYE: a link closing now is no failover
+        self._linker = Linker(self, endpoints, routes, local_addr)
+        self._loop = ProgressLoop(f"fmpi-progress-{rank}")
+        self._loop.on_stop = self._on_loop_stop
         self._listener = listener
         if listener is not None:
             listener.setblocking(False)
-            self._sel.register(listener, selectors.EVENT_READ, self._on_acceptable)
-        self._thread = threading.Thread(target=self._run, name=f"fmpi-progress-{rank}", daemon=True)
-        self._thread.start()
+            self._loop.call_soon(lambda: self._loop.register(listener, READ, self._on_acceptable))
 
     # ================================================================ public API
     def isend(self, dest: int, context: int, tag: int, parts: list[memoryview], sync: bool = False) -> SendOp:
@@ -118,12 +130,10 @@ class Engine:
             peer = self._peer(dest)
             if peer.error is not None:
                 raise peer.error
-            link = peer.link
-            if peer.state is not PeerState.LINKED or peer.backlog:
-                peer.backlog.append((context, tag, parts, nbytes, op))
-                self._ensure_link(peer)
-                return op
-        self._send_on(link, op, context, tag, parts, nbytes)
+            if peer.state is PeerState.NONE or (peer.state is PeerState.SETUP and not peer.planned):
+                self._linker.need(peer)
+        queued, done = peer.stream.push(Kind.DATA, tag, context, parts, nbytes, op, sync)
+        self._after_write(queued, done)
         return op
 
     def irecv(self, source: int, context: int, tag: int, buffer: memoryview | None) -> RecvOp:
@@ -133,9 +143,9 @@ class Engine:
             self._check_fatal()
             msg = self._matcher.find_unexpected(op, remove=True)
             if msg is None:
-                if source != ANY_SOURCE:
+                if source != ANY_SOURCE and source != self.rank:
                     peer = self._peer(source)
-                    if peer.error is not None and source != self.rank:
+                    if peer.error is not None:
                         raise peer.error
                 self._matcher.post(op)
                 return op
@@ -228,44 +238,101 @@ class Engine:
             self._cond.notify_all()
 
     def watch(self, sock: socket.socket, on_readable: Callable[[], None]) -> None:
-        """Let the progress thread call `on_readable` when `sock` has data (e.g. the relay's control link)."""
+        """Let the progress thread call `on_readable` when `sock` has data (the caller keeps owning `sock`)."""
         self._watched.add(sock)
-        self._run_in_loop(lambda: self._sel.register(sock, selectors.EVENT_READ, lambda _mask: on_readable()))
+        self._loop.call_soon(lambda: self._loop.register(sock, READ, lambda _mask: on_readable()))
 
     def unwatch(self, sock: socket.socket) -> None:
-        self._run_in_loop(lambda: self._safe_unregister(sock))
+        self._loop.call_soon(lambda: self._loop.unregister(sock))
 
     def link_summary(self) -> dict[str, int]:
         with self._lock:
             states = [p.state for p in self._peers.values()]
         return {s.name.lower(): states.count(s) for s in PeerState if states.count(s)}
 
+    def traffic(self) -> dict[str, int]:
+        """Bytes this rank sent and received over TCP links and the relay connection, so far."""
+        with self._lock:
+            links = [p.link for p in self._peers.values() if p.link is not None] + self._old_links
+        sent = sum(link.bytes_out for link in links)
+        received = sum(link.bytes_in for link in links)
+        if self._relay is not None:
+            sent += self._relay.bytes_out
+            received += self._relay.bytes_in
+        return {"sent": sent, "received": received}
+
+    def link_stats(self) -> list[dict[str, Any]]:
+        """One entry per peer a link was made to: kind, set-up seconds, failovers."""
+        with self._lock:
+            return [p.stats() for p in sorted(self._peers.values(), key=lambda p: p.rank) if p.kind is not None]
+
+    # -------------------------------------------------------------- the relay
+    def attach_relay(self, sock: socket.socket, handler: RelayHandler, leftover: bytes = b"") -> None:
+        """Use `sock` (the rank's registered relay connection) for control, punching and relayed links."""
+        channel = RelayChannel(
+            sock, on_forward=self._on_forward, on_control=self._on_relay_control, leftover=leftover,
+            chunk=self.options.relay_chunk,
+        )
+        with self._lock:
+            self._relay = channel
+            self._relay_handler = handler
+        self._loop.call_soon(lambda: self._register_relay(channel))
+
+    def has_relay(self) -> bool:
+        return self._relay is not None
+
+    @property
+    def relay(self) -> RelayChannel | None:
+        return self._relay
+
+    def relay_send(self, kind: RelayKind, body: dict[str, Any], flush_timeout: float = 2.0) -> None:
+        """A control frame to the relay (thread-safe); written at once if the progress thread is gone."""
+        relay = self._relay
+        if relay is None:
+            raise TransportError("this rank has no relay connection", "ERR_RELAY")
+        if not relay.send_control(kind, body):
+            if self._loop.stopped:
+                relay.drain(flush_timeout)
+            else:
+                self._want_write(RelayRoute(relay, -1))
+
+    # ------------------------------------------------------------- finalizing
     def close(self, timeout: float = 30.0) -> None:
-        """Finalize: let queued sends drain, say BYE on every link, and stop the progress thread."""
+        """Finalize: deliver everything sent (until acknowledged), say BYE to every peer, stop."""
+        if self._loop.stopped:
+            return
         deadline = time.monotonic() + timeout
         with self._lock:
-            while self._fatal is None and any(
-                p.backlog or (p.link is not None and p.link.has_queued()) for p in self._peers.values()
-            ):
+            self._draining = True  # from now on, acknowledgements wake this wait
+            while self._fatal is None and not self._loop.stopped and self._busy():
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     print(f"fmpi: rank {self.rank}: finalize gave up on unsent messages", file=sys.stderr)
                     break
-                self._cond.wait(remaining)
-            links = [p.link for p in self._peers.values() if p.state is PeerState.LINKED and p.link is not None]
+                self._cond.wait(min(remaining, 0.5))
+            byes = [p for p in self._peers.values() if p.state in (PeerState.LINKED, PeerState.RELAYED)]
+            self._closing = True
+        if self._fatal is None:
+            for peer in byes:
+                queued, _ = peer.stream.push(Kind.BYE)
+                self._after_write(queued, [])
+        # Let the BYEs out, then half-close: the peer reads BYE, then EOF.
+        end = time.monotonic() + 0.5
+        with self._lock:
+            while any(p.link is not None and p.link.has_queued() for p in byes) and time.monotonic() < end:
+                self._cond.wait(0.05)
+            links = [p.link for p in byes if p.link is not None]
         for link in links:
             try:
-                link.said_bye = True
-                link.send_control(Kind.BYE)
                 link.sock.shutdown(socket.SHUT_WR)
             except OSError:
                 pass
-        # Drain until every peer has closed its side too (bounded): closing with
-        # unread bytes in the receive queue would make the kernel send RST.
-        drain_deadline = time.monotonic() + 0.5
+        # Drain until every linked peer has closed its side too (bounded): closing
+        # with unread bytes in the receive queue would make the kernel send RST.
+        end = time.monotonic() + 0.5
         with self._lock:
             while any(p.state is PeerState.LINKED for p in self._peers.values()):
-                remaining = drain_deadline - time.monotonic()
+                remaining = end - time.monotonic()
                 if remaining <= 0:
                     break
                 self._cond.wait(remaining)
@@ -275,21 +342,46 @@ class Engine:
         """Stop at once without saying goodbye (abort path)."""
         self._stop_loop()
 
-    # ============================================================ sending paths
-    def _send_on(self, link: Link, op: SendOp, context: int, tag: int, parts: list[memoryview], nbytes: int) -> None:
-        if link.send_data(context, self.rank, tag, parts, nbytes, op, op.sync):
-            if not op.sync:
-                self._complete(op)
-        else:
-            self._run_in_loop(lambda: self._want_write(link))
+    def _busy(self) -> bool:
+        for p in self._peers.values():
+            if p.state in (PeerState.SETUP, PeerState.LINKED, PeerState.RELAYED) and not p.heard_bye:
+                if p.stream.pending():
+                    return True
+            if p.link is not None and p.link.has_queued():
+                return True
+        return self._relay is not None and self._relay.has_queued()
 
-    def _acknowledge(self, source: int, seq: int) -> None:
-        if source == self.rank:
-            return  # self-sends complete on match directly, see _deliver_to_self
+    # ============================================================ sending paths
+    def _after_write(self, queued: Carrier | None, done: list[SendOp]) -> None:
+        if queued is not None:
+            self._want_write(queued)
+        if done:
+            with self._lock:
+                for op in done:
+                    self._complete_locked(op)
+
+    def _want_write(self, carrier: Carrier) -> None:
+        fileobj = self._relay.sock if isinstance(carrier, RelayRoute) and self._relay is not None else carrier.sock
+        if self._loop.in_loop():
+            self._loop.set_events(fileobj, READ | WRITE)
+        else:
+            self._loop.call_soon(lambda: self._loop.set_events(fileobj, READ | WRITE))
+
+    def _written(self, tokens: list[object]) -> None:
+        """Frames a carrier finished writing: complete the sends that complete on write."""
         with self._lock:
-            link = self._peers[source].link
-        if link is not None and not link.send_control(Kind.ACK, seq):
-            self._run_in_loop(lambda: self._want_write(link))
+            for token in tokens:
+                if isinstance(token, Entry) and token.on_write and token.op is not None:
+                    self._complete_locked(token.op)
+            self._cond.notify_all()
+
+    def _matched_sync(self, source: int, sync: int | SendOp | None) -> None:
+        """A synchronous send was matched: tell its sender (or complete it, for a self-send)."""
+        if isinstance(sync, SendOp):
+            self._complete(sync)
+        elif sync is not None and source != self.rank:
+            queued, done = self._peers[source].stream.push(Kind.MATCHED, context=sync)
+            self._after_write(queued, done)
 
     def _deliver_to_self(self, op: SendOp, context: int, tag: int, parts: list[memoryview], nbytes: int) -> None:
         payload = bytearray(nbytes)
@@ -308,45 +400,99 @@ class Engine:
                     return
             self._complete_locked(op)
 
+    def _send_control_via_relay(self, peer: Peer, what: str) -> None:
+        """An unsequenced frame (PUNCH or RESUME) to `peer` through the relay (lock may be held)."""
+        relay = self._relay
+        if relay is None:
+            return
+        kind = Kind.PUNCH if what == "punch" else Kind.RESUME
+        route = RelayRoute(relay, peer.rank)
+        if not route.write(peer.stream.control(kind), None):
+            self._want_write(route)
+
     # ============================================================ receive paths
-    def frame_started(self, link: Link, header: Header) -> memoryview:
+    def frame_started(self, source: FrameAssembler, header: Header) -> memoryview | None:
+        rank = source.peer
+        if source.retired:
+            return None
+        stream = self._peers[rank].stream
+        if header.ack > stream._acked_in:
+            # Take the acknowledgement now rather than after a long payload: a
+            # large send waiting for it completes sooner.
+            self._acknowledged(stream, header.ack)
+        if not stream.check_seq(header.seq):
+            return None  # a duplicate (resent after a failover): discard its bytes
         with self._lock:
-            recv = self._matcher.take_posted(header.context, link.peer, header.tag)
+            recv = self._matcher.take_posted(header.context, rank, header.tag)
             dest: memoryview | bytearray
             if recv is not None and recv.buffer is not None and header.nbytes <= len(recv.buffer):
                 dest = recv.buffer[: header.nbytes]
             else:
                 dest = bytearray(header.nbytes)
-            self._inflight[link.peer] = (recv, dest)
-        if recv is not None and header.flags & Flag.SYNC:
-            self._acknowledge(link.peer, header.seq)
+            self._inflight[rank] = (recv, dest)
+        if recv is not None and header.flags & _SYNC:
+            self._matched_sync(rank, header.seq)
         return dest if isinstance(dest, memoryview) else memoryview(dest)
 
-    def frame_finished(self, link: Link, header: Header, payload: memoryview | None) -> None:
-        if header.kind is Kind.ACK:
-            op = link.take_sync(header.seq)
-            if op is not None:
-                self._complete(op)
-            return
-        if header.kind is Kind.BYE:
-            link.heard_bye = True
-            return
-        sync_seq = header.seq if header.flags & Flag.SYNC else None
+    def frame_finished(self, source: FrameAssembler, header: Header, payload: memoryview | None) -> None:
+        if source.retired:
+            return  # the rest of a batch read from a link that was just retired: the stream resends it
+        rank = source.peer
+        peer = self._peers[rank]
+        stream = peer.stream
+        kind = header.kind
+        if header.ack > stream._acked_in:
+            self._acknowledged(stream, header.ack)
+        if kind is Kind.DATA or kind is Kind.MATCHED or kind is Kind.BYE:  # sequenced
+            if not stream.check_seq(header.seq):
+                return  # a duplicate
+            stream.received(header.nbytes, header.flags)
+            if header.flags & _ACK_NOW and header.nbytes >= EARLY_ACK:
+                # The sender waits for this large frame: acknowledge before waking the
+                # receiver, so the ACK does not queue behind what the receiver sends next.
+                self._after_write(stream.send_ack(), [])
+            else:
+                self._touched.add(rank)  # acknowledged once the whole read batch is in
+            if kind is Kind.DATA:
+                self._deliver(rank, header)
+            elif kind is Kind.MATCHED:
+                op = stream.take_sync(header.context)
+                if op is not None:
+                    self._complete(op)
+            else:  # BYE
+                with self._lock:
+                    peer.heard_bye = True
+                    self._cond.notify_all()
+        elif kind is Kind.RESUME and source.via == "relay":
+            self._on_resume(rank, header.ack)
+        elif kind is Kind.PUNCH and source.via == "relay":
+            self._linker.on_punch_request(rank)
+
+    def _acknowledged(self, stream: Stream, upto: int) -> None:
+        done, drained = stream.acknowledged(upto)
+        if done or (drained and self._draining):
+            with self._lock:
+                for op in done:
+                    self._complete_locked(op)
+                self._cond.notify_all()  # finalize waits for everything to be acknowledged
+
+    def _deliver(self, rank: int, header: Header) -> None:
+        sync_seq = header.seq if header.flags & _SYNC else None
         with self._lock:
-            recv, dest = self._inflight.pop(link.peer, (None, bytearray()))
+            recv, dest = self._inflight.pop(rank, (None, bytearray()))
             if recv is not None:
                 if recv.buffer is not None and header.nbytes <= len(recv.buffer):
-                    self._finish_recv(recv, link.peer, header.tag, header.nbytes)
+                    self._finish_recv(recv, rank, header.tag, header.nbytes)
                 else:
-                    self._fill(recv, link.peer, header.tag, dest)
+                    self._fill(recv, rank, header.tag, dest)
                 return
-            recv = self._matcher.take_posted(header.context, link.peer, header.tag)
+            recv = self._matcher.take_posted(header.context, rank, header.tag)
             if recv is None:
-                self._matcher.add_unexpected(Arrived(header.context, link.peer, header.tag, dest, sync_seq))
+                self._matcher.add_unexpected(Arrived(header.context, rank, header.tag, dest, sync_seq))
                 self._cond.notify_all()  # a probe may be waiting
                 return
-            self._fill(recv, link.peer, header.tag, dest)
-        self._matched_sync(link.peer, sync_seq)
+            self._fill(recv, rank, header.tag, dest)
+        self._matched_sync(rank, sync_seq)
 
     def _fill(self, recv: RecvOp, source: int, tag: int, payload: bytearray | memoryview) -> None:
         """Complete `recv` from a whole payload (lock held)."""
@@ -362,18 +508,30 @@ class Engine:
             )
         self._finish_recv(recv, source, tag, n)
 
-    def _matched_sync(self, source: int, sync: int | SendOp | None) -> None:
-        """A synchronous send was matched: tell its sender (or complete it, for a self-send)."""
-        if isinstance(sync, SendOp):
-            self._complete(sync)
-        elif sync is not None:
-            self._acknowledge(source, sync)
-
     def _finish_recv(self, recv: RecvOp, source: int, tag: int, nbytes: int) -> None:
         recv.status_source = source
         recv.status_tag = tag
         recv.nbytes = nbytes
         self._complete_locked(recv)
+
+    def _after_reads(self) -> None:
+        """After a batch of reads: acknowledge now, or arm the delayed-ACK timer (progress thread)."""
+        touched, self._touched = self._touched, set()
+        for rank in touched:
+            self._ack(rank, from_timer=False)
+
+    def _ack(self, rank: int, from_timer: bool) -> None:
+        stream = self._peers[rank].stream
+        if from_timer:
+            stream.ack_timer = False
+        due = stream.ack_due()
+        if due == "now" or (due == "later" and from_timer):
+            queued = stream.send_ack()
+            if queued is not None:
+                self._want_write(queued)
+        elif due == "later" and not stream.ack_timer:
+            stream.ack_timer = True
+            self._loop.call_later(self.options.ack_delay, lambda: self._ack(rank, from_timer=True))
 
     # ============================================================ completion
     def _complete(self, op: Op) -> None:
@@ -397,58 +555,297 @@ class Engine:
         if self._fatal is not None:
             raise self._fatal
 
-    # ============================================================ link set-up
-    def _peer(self, rank: int) -> _Peer:
+    # ================================================= links: install, lose, relay
+    def debug(self, message: str) -> None:
+        if DEBUG:
+            print(f"fmpi: rank {self.rank} [{time.monotonic():.3f}]: {message}", file=sys.stderr, flush=True)
+
+    def _peer(self, rank: int) -> Peer:
         peer = self._peers.get(rank)
         if peer is None:
             if not 0 <= rank < self.size:
                 raise TransportError(f"invalid rank {rank} (job has {self.size} ranks)", "ERR_RANK")
-            peer = self._peers[rank] = _Peer(rank)
+            o = self.options
+            stream = Stream(
+                self.rank, rank, copy_limit=o.copy_limit, ack_window=o.ack_window, ack_every=o.ack_every,
+                ack_bytes=o.ack_bytes,
+            )
+            peer = self._peers[rank] = Peer(rank, stream)
         return peer
 
-    def _ensure_link(self, peer: _Peer) -> None:
-        if peer.state is PeerState.NONE:
-            peer.state = PeerState.CONNECTING
-            self._pool.submit(self._connect, peer.rank)
-
-    def _connect(self, rank: int) -> None:
-        errors = []
-        for endpoint in self._endpoints(rank):
-            sock = None
-            try:
-                sock = socket.create_connection(endpoint, timeout=self._connect_timeout)
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                verdict = connect_side(sock, self._secret, self.rank, rank)
-            except (OSError, HandshakeError) as exc:
-                errors.append(f"{endpoint[0]}:{endpoint[1]}: {exc}")
-                if sock is not None:
-                    sock.close()
-                if isinstance(exc, HandshakeError):
-                    break
-                continue
-            if verdict is Verdict.ACCEPT:
-                self._install(rank, sock)
-                return
-            sock.close()
-            with self._lock:
-                peer = self._peers[rank]
-                if peer.state is PeerState.CONNECTING:
-                    # The peer is connecting to us and its attempt wins; give it
-                    # time, then try again in case it never arrives.
-                    peer.state = PeerState.AWAITING
-                    self._run_in_loop(lambda: self._call_later(self._retry_after_tie, lambda: self._retry(rank)))
-            return
-        self._peer_failed(
-            rank, TransportError(f"cannot reach rank {rank}: " + "; ".join(errors or ["no endpoint known"]), "ERR_UNREACHABLE")
-        )
-
-    def _retry(self, rank: int) -> None:
+    def _install(self, rank: int, sock: socket.socket, channel: str, role: str) -> None:
+        """An authenticated connection to `rank`: make it the pair's carrier (pool thread)."""
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            set_liveness(sock, self.options.link_timeout)
+        except OSError:
+            pass
+        link = Link(rank, sock, self, channel)
         with self._lock:
             peer = self._peers[rank]
-            if peer.state is PeerState.AWAITING:
-                peer.state = PeerState.CONNECTING
-                self._pool.submit(self._connect, rank)
+            if role == "acceptor":
+                peer.accepting = False
+            else:
+                peer.handshakes_out -= 1
+            if peer.state is not PeerState.SETUP:
+                sock.close()
+                self._linker._advance(peer)
+                return
+            peer.state = PeerState.LINKED
+            peer.link = link
+            peer.kind = channel
+            self.debug(f"linked to {rank}: {channel} as {role}, {sock.getsockname()} -> {sock.getpeername()}")
+            peer.setup_seconds = time.monotonic() - (peer.setup_started or time.monotonic())
+            self._linker.cancel_punch(rank)
+            queued, done = peer.stream.attach(link)
+            for op in done:
+                self._complete_locked(op)
+            info = peer.stats()
+        self._loop.call_soon(lambda: self._register_link(link))
+        self._report_link(info, "up")
 
+    def _register_link(self, link: Link) -> None:
+        with self._lock:
+            peer = self._peers.get(link.peer)
+            current = peer is not None and peer.link is link and peer.state is PeerState.LINKED
+        if not current:
+            return
+        events = READ | (WRITE if link.has_queued() else 0)
+        self._loop.register(link.sock, events, lambda mask: self._on_link_event(link, mask))
+
+    def _on_link_event(self, link: Link, mask: int) -> None:
+        if link.retired:
+            return
+        try:
+            if mask & WRITE:
+                tokens, empty = link.flush()
+                if empty:
+                    self._loop.set_events(link.sock, READ)
+                self._written(tokens)
+            if mask & READ:
+                link.on_readable()
+        except PeerClosed:
+            self._link_closed(link, None)
+        except (OSError, FrameError) as exc:
+            self._link_closed(link, exc)
+        finally:
+            self._after_reads()
+
+    def _retire_link(self, link: Link) -> None:
+        """This link carries nothing more, starting now (lock held).
+
+        On the progress thread it is unregistered at once, so that an event
+        for it already returned by this round of ``select`` cannot feed a
+        frame from it after the pair moved to the relay.
+        """
+        link.retired = True
+        if self._loop.in_loop():
+            self._drop_link(link)
+        else:
+            self._loop.call_soon(lambda: self._drop_link(link))
+
+    def _drop_link(self, link: Link) -> None:
+        """Forget a TCP link (progress thread)."""
+        link.retired = True
+        self._loop.unregister(link.sock)
+        link.drop_queue()
+        try:
+            link.sock.close()
+        except OSError:
+            pass
+
+    def _link_closed(self, link: Link, exc: BaseException | None) -> None:
+        self._drop_link(link)
+        with self._lock:
+            peer = self._peers.get(link.peer)
+            if peer is None or peer.link is not link:
+                return
+            self.debug(f"link to {link.peer} closed: {exc!r} (heard BYE: {peer.heard_bye})")
+            if peer.heard_bye or self._closing:
+                # It finalized (EOF, or a reset when it closed with our last frames
+                # unread), or we did and it closed after our BYE: nothing to save.
+                reason = TransportError(f"rank {link.peer} has finalized; it sends nothing more", "ERR_PEER_FINALIZED")
+            elif peer.lost is not None:
+                reason = peer.lost
+            elif isinstance(exc, FrameError):
+                reason = TransportError(f"link to rank {link.peer} failed: {exc}", "ERR_PEER_DIED")
+            elif self._relay is not None and self.options.channel == "auto":
+                self._go_relay_locked(peer)  # failover: resend what it has not acknowledged
+                return
+            elif exc is None:
+                reason = TransportError(
+                    f"rank {link.peer} closed its connection unexpectedly (did it exit or crash?)", "ERR_PEER_DIED"
+                )
+            else:
+                reason = TransportError(f"link to rank {link.peer} failed: {exc}", "ERR_PEER_DIED")
+            self._fail_peer_locked(peer, reason)
+
+    def _go_relay_locked(self, peer: Peer) -> None:
+        """Carry this pair through the relay from now on (lock held). The peer answers with RESUME."""
+        relay = self._relay
+        if relay is None:
+            self._fail_peer_locked(peer, TransportError(f"cannot reach rank {peer.rank}: no relay", "ERR_UNREACHABLE"))
+            return
+        rank = peer.rank
+        old = peer.link
+        self.debug(f"pair with {rank} goes through the relay (was {peer.state.name}, errors: {peer.errors})")
+        if old is not None:
+            peer.failovers += 1
+            peer.link = None
+            self._old_links.append(old)
+            self._retire_link(old)
+            self._repost_inflight(rank)
+        peer.state = PeerState.RELAYED
+        peer.kind = "relayed"
+        self._linker.cancel_punch(rank)
+        peer.stream.detach()
+        self._send_control_via_relay(peer, "resume")
+        peer.awaiting_resume = True
+        self._loop.call_later(self.options.resume_timeout, lambda: self._resume_overdue(rank))
+
+    def _on_resume(self, rank: int, upto: int) -> None:
+        """The peer now carries our pair through the relay and holds all our frames below `upto`."""
+        relay = self._relay
+        if relay is None:
+            return
+        with self._lock:
+            peer = self._peer(rank)
+            self.debug(f"RESUME from {rank} at {upto} (we are {peer.state.name})")
+            if peer.state is PeerState.GONE:
+                return
+            if peer.state is not PeerState.RELAYED:
+                if peer.setup_started is None or peer.state is PeerState.NONE:
+                    peer.setup_started = time.monotonic()
+                self._go_relay_locked(peer)
+            first = peer.awaiting_resume and peer.setup_seconds is None
+            peer.awaiting_resume = False
+            if peer.setup_seconds is None:
+                peer.setup_seconds = time.monotonic() - (peer.setup_started or time.monotonic())
+            queued, done = peer.stream.attach(RelayRoute(relay, rank), resume_from=upto)
+            for op in done:
+                self._complete_locked(op)
+            info = peer.stats()
+            failover = peer.failovers > 0
+        self._after_write(queued, [])
+        if first or failover:
+            self._report_link(info, "failover" if failover else "up")
+
+    def _resume_overdue(self, rank: int) -> None:
+        with self._lock:
+            peer = self._peers.get(rank)
+            if peer is None or peer.state is not PeerState.RELAYED or not peer.awaiting_resume:
+                return
+            t = self.options.resume_timeout
+            self._fail_peer_locked(
+                peer,
+                TransportError(
+                    f"rank {rank} did not answer through the relay within {t:g} s (is it hung or stopped?)", "ERR_PEER_DIED"
+                ),
+            )
+
+    def _repost_inflight(self, rank: int) -> None:
+        """A frame was arriving on a link that died: its receive goes back where it was (lock held)."""
+        recv, _ = self._inflight.pop(rank, (None, None))
+        if recv is not None and not recv.done:
+            self._matcher.repost(recv)
+
+    def _fail_peer_locked(self, peer: Peer, reason: TransportError) -> None:
+        """`peer` is unreachable for good: fail everything that depends on it (lock held)."""
+        if peer.state is PeerState.GONE:
+            return
+        rank = peer.rank
+        peer.state = PeerState.GONE
+        peer.error = reason
+        link = peer.link  # (kept on the peer, closed, for its byte counts)
+        peer.awaiting_resume = False
+        self._linker.cancel_punch(rank)
+        failed: list[Op] = list(peer.stream.fail(reason))
+        failed += self._matcher.take_posted_where(lambda r: r.source == rank)
+        recv, _ = self._inflight.pop(rank, (None, None))
+        if recv is not None:
+            failed.append(recv)
+        for op in failed:
+            if not op.done:
+                op.error = reason
+                self._complete_locked(op)
+        self._cond.notify_all()
+        if link is not None:
+            self._retire_link(link)
+
+    def _report_link(self, info: dict[str, Any], event: str) -> None:
+        handler = self._relay_handler
+        if handler is not None:
+            try:
+                handler.link_event(dict(info, event=event))
+            except Exception as exc:  # reporting must never break a link
+                print(f"fmpi: rank {self.rank}: cannot report a link: {exc!r}", file=sys.stderr)
+
+    # ====================================================== the relay connection
+    def _register_relay(self, channel: RelayChannel) -> None:
+        events = READ | (WRITE if channel.has_queued() else 0)
+        self._loop.register(channel.sock, events, self._on_relay_event)
+
+    def _on_relay_event(self, mask: int) -> None:
+        relay = self._relay
+        assert relay is not None
+        try:
+            if mask & WRITE:
+                tokens, empty = relay.flush()
+                if empty:
+                    self._loop.set_events(relay.sock, READ)
+                self._written(tokens)
+            if mask & READ:
+                relay.on_readable()
+        except (RelayLost, ProtocolError, OSError) as exc:
+            self._loop.unregister(relay.sock)
+            handler = self._relay_handler
+            if handler is not None:
+                handler.relay_lost(exc)
+        finally:
+            self._after_reads()
+
+    def _on_forward(self, src: int, chunk: memoryview) -> None:
+        """A chunk of a peer's relayed stream (progress thread)."""
+        if not 0 <= src < self.size or src == self.rank:
+            return
+        asm = self._relay_asm.get(src)
+        if asm is None:
+            with self._lock:
+                self._peer(src)
+            asm = self._relay_asm[src] = FrameAssembler(src, "relay", self)
+        try:
+            asm.feed(chunk)
+        except FrameError as exc:
+            with self._lock:
+                self._fail_peer_locked(self._peers[src], TransportError(f"relayed link to rank {src} failed: {exc}", "ERR_PEER_DIED"))
+
+    def _on_relay_control(self, kind: RelayKind, body: dict[str, Any]) -> None:
+        if kind in (RelayKind.UNDELIVERABLE, RelayKind.PEER_LOST):
+            rank = body.get("rank")
+            if isinstance(rank, int) and 0 <= rank < self.size and rank != self.rank:
+                self._peer_gone(rank, str(body.get("reason", "lost")))
+            return
+        handler = self._relay_handler
+        if handler is not None:
+            handler.relay_control(kind, body)
+
+    def _peer_gone(self, rank: int, why: str) -> None:
+        """The relay says `rank` left the job (finished, or lost without finalizing)."""
+        if why == "finished":
+            reason = TransportError(f"rank {rank} has finalized; it sends nothing more", "ERR_PEER_FINALIZED")
+        else:
+            reason = TransportError(
+                f"rank {rank} is gone: it left the job without finalizing (did it exit or crash?)", "ERR_PEER_DIED"
+            )
+        with self._lock:
+            peer = self._peer(rank)
+            if peer.state is PeerState.LINKED and peer.link is not None:
+                # Its last frames may still be in our socket: let the link's EOF end it.
+                peer.lost = reason
+                return
+            self._fail_peer_locked(peer, reason)
+
+    # ============================================================ the listener
     def _on_acceptable(self, _mask: int) -> None:
         try:
             sock, _addr = self._listener.accept()
@@ -457,179 +854,21 @@ class Engine:
         except OSError as exc:
             print(f"fmpi: rank {self.rank}: accept failed: {exc}", file=sys.stderr)
             return
-        self._pool.submit(self._accept, sock)
+        self._linker.accepted(sock)
 
-    def _accept(self, sock: socket.socket) -> None:
-        sock.setblocking(True)
-        sock.settimeout(self._connect_timeout)
-        src = -1
-        try:
-            src, nonce = read_hello(sock, self.rank)
-            with self._lock:
-                if not 0 <= src < self.size or src == self.rank:
-                    raise HandshakeError(f"connection claims impossible rank {src}")
-                peer = self._peer(src)
-                if peer.state in (PeerState.NONE, PeerState.AWAITING) or (
-                    peer.state is PeerState.CONNECTING and src < self.rank
-                ):
-                    verdict = Verdict.ACCEPT
-                    peer.state = PeerState.ACCEPTING
-                elif peer.state is PeerState.CONNECTING:
-                    verdict = Verdict.TIE_LOST
-                else:
-                    verdict = Verdict.DUPLICATE
-            accept_side(sock, self._secret, self.rank, src, nonce, verdict)
-        except (OSError, HandshakeError) as exc:
-            sock.close()
-            with self._lock:
-                peer = self._peers.get(src)
-                if peer is not None and peer.state is PeerState.ACCEPTING:
-                    peer.state = PeerState.NONE
-                    if peer.backlog:
-                        self._ensure_link(peer)
-            if not isinstance(exc, HandshakeError) or "impossible" not in str(exc):
-                print(f"fmpi: rank {self.rank}: refused a connection: {exc}", file=sys.stderr)
-            return
-        if verdict is Verdict.ACCEPT:
-            self._install(src, sock)
-        else:
-            sock.close()
-
-    def _install(self, rank: int, sock: socket.socket) -> None:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        link = Link(rank, sock, self)
-        with self._lock:
-            peer = self._peers[rank]
-            peer.link = link
-            peer.state = PeerState.LINKED
-            backlog, peer.backlog = peer.backlog, []
-            # Flush under the lock so no newer send can overtake the backlog.
-            for context, tag, parts, nbytes, op in backlog:
-                if link.send_data(context, self.rank, tag, parts, nbytes, op, op.sync) and not op.sync:
-                    self._complete_locked(op)
-        self._run_in_loop(lambda: self._register_link(link))
-
-    def _register_link(self, link: Link) -> None:
-        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if link.has_queued() else 0)
-        self._sel.register(link.sock, events, lambda mask: self._on_link_event(link, mask))
-
-    # ============================================================ progress loop
-    def _run(self) -> None:
-        while not self._stopping:
-            timeout = None
-            if self._timers:
-                timeout = max(0.0, self._timers[0][0] - time.monotonic())
-            for key, mask in self._sel.select(timeout):
-                try:
-                    key.data(mask)
-                except Exception as exc:  # never let one bad event kill progress
-                    print(f"fmpi: rank {self.rank}: progress error: {exc!r}", file=sys.stderr)
-            now = time.monotonic()
-            while self._timers and self._timers[0][0] <= now:
-                _, _, fn = heapq.heappop(self._timers)
-                fn()
-        self._shutdown_loop()
-
-    def _on_wake(self, _mask: int) -> None:
-        try:
-            while os.read(self._wake_r, 4096):
-                pass
-        except BlockingIOError:
-            pass
-        with self._todo_lock:
-            todo, self._todo = self._todo, []
-        for fn in todo:
-            fn()
-
-    def _run_in_loop(self, fn: Callable[[], None]) -> None:
-        """Selector changes happen only on the progress thread; others queue them here.
-
-        Callable with or without ``_lock`` held: the queue has its own lock.
-        """
-        with self._todo_lock:
-            self._todo.append(fn)
-        try:
-            os.write(self._wake_w, b"x")
-        except BlockingIOError:
-            pass  # the pipe is full, so a wake-up is pending anyway
-
-    def _call_later(self, delay: float, fn: Callable[[], None]) -> None:
-        heapq.heappush(self._timers, (time.monotonic() + delay, next(self._timer_ids), fn))
-
-    def _want_write(self, link: Link) -> None:
-        try:
-            self._sel.modify(link.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, self._sel.get_key(link.sock).data)
-        except (KeyError, ValueError):
-            pass  # not registered yet (its registration checks the queue) or already gone
-
-    def _on_link_event(self, link: Link, mask: int) -> None:
-        try:
-            if mask & selectors.EVENT_WRITE:
-                sent, empty = link.flush()
-                if empty:
-                    self._sel.modify(link.sock, selectors.EVENT_READ, self._sel.get_key(link.sock).data)
-                if sent or empty:
-                    with self._lock:
-                        for op in sent:
-                            self._complete_locked(op)
-                        self._cond.notify_all()  # close() waits for queues to drain
-            if mask & selectors.EVENT_READ:
-                link.on_readable()
-        except PeerClosed:
-            self._link_closed(link, None)
-        except (OSError, FrameError) as exc:
-            self._link_closed(link, exc)
-
-    def _link_closed(self, link: Link, exc: BaseException | None) -> None:
-        self._safe_unregister(link.sock)
-        link.sock.close()
-        if exc is None and link.heard_bye:
-            reason = TransportError(f"rank {link.peer} has finalized; it sends nothing more", "ERR_PEER_FINALIZED")
-        elif exc is None:
-            reason = TransportError(f"rank {link.peer} closed its connection unexpectedly (did it exit or crash?)", "ERR_PEER_DIED")
-        else:
-            reason = TransportError(f"link to rank {link.peer} failed: {exc}", "ERR_PEER_DIED")
-        self._peer_failed(link.peer, reason, link)
-
-    def _peer_failed(self, rank: int, reason: TransportError, link: Link | None = None) -> None:
-        failed: list[Op] = link.abandon() if link is not None else []
-        with self._lock:
-            peer = self._peers[rank]
-            peer.state = PeerState.GONE
-            peer.error = reason
-            peer.link = None
-            failed += [op for *_, op in peer.backlog]
-            peer.backlog = []
-            failed += self._matcher.take_posted_where(lambda r: r.source == rank)
-            inflight = self._inflight.pop(rank, None)
-            if inflight is not None and inflight[0] is not None:
-                failed.append(inflight[0])
-            for op in failed:
-                if not op.done:
-                    op.error = reason
-                    self._complete_locked(op)
-            self._cond.notify_all()
-
-    def _safe_unregister(self, sock: socket.socket) -> None:
-        try:
-            self._sel.unregister(sock)
-        except (KeyError, ValueError):
-            pass
-
+    # ================================================================= stopping
     def _stop_loop(self) -> None:
-        if self._stopping:
-            return
-        self._run_in_loop(self._set_stopping)
-        self._thread.join(timeout=5)
+        self._linker.stop()
+        self._loop.stop()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
-    def _set_stopping(self) -> None:
-        self._stopping = True
-
-    def _shutdown_loop(self) -> None:
-        for key in list(self._sel.get_map().values()):
-            if isinstance(key.fileobj, socket.socket) and key.fileobj not in self._watched:
-                key.fileobj.close()
-        self._sel.close()
-        os.close(self._wake_r)
-        os.close(self._wake_w)
+    def _on_loop_stop(self) -> None:
+        """Last act of the progress thread: close links and the listener (the relay stays open)."""
+        relay_sock = self._relay.sock if self._relay is not None else None
+        for fileobj in self._loop.registered():
+            if fileobj is relay_sock or fileobj in self._watched:
+                continue
+            if isinstance(fileobj, socket.socket):
+                fileobj.close()
+        if self._listener is not None:
+            self._listener.close()

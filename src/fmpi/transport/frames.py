@@ -1,8 +1,17 @@
 """Rank-to-rank frame header: the only thing that precedes a payload on a link.
 
-A frame is a fixed 36-byte little-endian header followed by ``nbytes`` of
+A frame is a fixed 44-byte little-endian header followed by ``nbytes`` of
 payload. The payload is raw bytes (a numpy buffer, or a pickle stream with
 out-of-band buffers built by the API layer); the transport never interprets it.
+
+Every pair of ranks shares one ordered, reliable stream of frames per
+direction, whatever carries it (a TCP connection, the relay, or first one and
+then the other after a failover). DATA, MATCHED and BYE frames are
+*sequenced*: each takes the next ``seq`` of its direction, and the receiver
+drops a sequenced frame it has already seen. Every frame carries in ``ack``
+the sender's cumulative acknowledgement of the other direction ("I hold all
+your sequenced frames below this number"), so acknowledgements ride on
+traffic for free; a bare ACK frame is sent only when there is none.
 """
 
 from __future__ import annotations
@@ -11,8 +20,8 @@ import enum
 import struct
 from dataclasses import dataclass
 
-# kind u8, flags u8, reserved u16, source i32, tag i32, context u64, seq u64, nbytes u64
-HEADER = struct.Struct("<BBHiiQQQ")
+# kind u8, flags u8, reserved u16, source i32, tag i32, context u64, seq u64, nbytes u64, ack u64
+HEADER = struct.Struct("<BBHiiQQQQ")
 HEADER_SIZE = HEADER.size
 
 # A single message may be at most this large. It bounds what a corrupt or
@@ -21,14 +30,21 @@ MAX_PAYLOAD = 1 << 40
 
 
 class Kind(enum.IntEnum):
-    DATA = 1  # a message; payload follows
-    ACK = 2  # receiver matched the synchronous send whose seq is in `seq`
-    BYE = 3  # sender finalized; the link closes after this frame
+    DATA = 1  # a message; payload follows (sequenced)
+    ACK = 2  # only the cumulative `ack` field matters (not sequenced)
+    BYE = 3  # sender finalized; it sends nothing more (sequenced)
+    MATCHED = 4  # receiver matched the synchronous send whose seq is in `context` (sequenced)
+    RESUME = 5  # via the relay: "I now carry this pair through the relay; resend from `ack`"
+    PUNCH = 6  # via the relay: "I need a link to you: punch towards me now"
+
+
+SEQUENCED = frozenset({Kind.DATA, Kind.BYE, Kind.MATCHED})
 
 
 class Flag(enum.IntFlag):
     NONE = 0
-    SYNC = 1  # synchronous send: the receiver answers with ACK when matched
+    SYNC = 1  # synchronous send: the receiver answers with MATCHED when it is matched
+    ACK_NOW = 2  # the sender waits for this frame's acknowledgement: acknowledge at once
 
 
 class FrameError(Exception):
@@ -44,17 +60,20 @@ class Header:
     context: int
     seq: int
     nbytes: int
+    ack: int = 0
 
     def pack(self) -> bytes:
-        return HEADER.pack(self.kind, self.flags, 0, self.source, self.tag, self.context, self.seq, self.nbytes)
+        return HEADER.pack(self.kind, self.flags, 0, self.source, self.tag, self.context, self.seq, self.nbytes, self.ack)
 
 
-def pack_header(kind: Kind, flags: int, source: int, tag: int, context: int, seq: int, nbytes: int) -> bytes:
-    return HEADER.pack(kind, flags, 0, source, tag, context, seq, nbytes)
+def pack_header(
+    kind: Kind, flags: int, source: int, tag: int, context: int, seq: int, nbytes: int, ack: int = 0
+) -> bytes:
+    return HEADER.pack(kind, flags, 0, source, tag, context, seq, nbytes, ack)
 
 
 def unpack_header(data: bytes | bytearray | memoryview, offset: int = 0) -> Header:
-    kind, flags, _reserved, source, tag, context, seq, nbytes = HEADER.unpack_from(data, offset)
+    kind, flags, _reserved, source, tag, context, seq, nbytes, ack = HEADER.unpack_from(data, offset)
     try:
         kind = Kind(kind)
     except ValueError:
@@ -63,4 +82,4 @@ def unpack_header(data: bytes | bytearray | memoryview, offset: int = 0) -> Head
         raise FrameError(f"frame length {nbytes} exceeds the limit of {MAX_PAYLOAD} bytes")
     if kind is not Kind.DATA and nbytes:
         raise FrameError(f"{kind.name} frame must not carry a payload (got {nbytes} bytes)")
-    return Header(kind, flags, source, tag, context, seq, nbytes)
+    return Header(kind, flags, source, tag, context, seq, nbytes, ack)

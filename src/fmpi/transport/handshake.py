@@ -7,11 +7,21 @@ sends it. Three messages, one and a half round trips:
 
     connector -> HELLO    magic, version, src rank, dst rank, nonce_c
     acceptor  -> REPLY    verdict, nonce_a, mac_a = HMAC(secret, "A" | nonce_c | nonce_a | src | dst)
-    connector -> CONFIRM  mac_c = HMAC(secret, "C" | nonce_a | nonce_c | src | dst)
+    connector -> CONFIRM  mac_c = HMAC(secret, "C" | nonce_a | nonce_c | src | dst), channel
 
 The acceptor's verdict also settles which of two crossing connections
-survives when both ranks connect at once (see ``Verdict``). Data may follow
-CONFIRM immediately.
+survives when both ranks connect at once (see ``Verdict``). CONFIRM tells the
+acceptor how the connector made the link (direct connect or hole punch), so
+both ends report it the same way. Data may follow CONFIRM immediately.
+
+Hole punching makes roles ambiguous: after a TCP simultaneous open *both*
+ends called ``connect()`` and both send HELLO. ``initiate`` handles that: it
+sends HELLO and looks at the first byte that comes back. A REPLY (a verdict
+byte) means the peer accepted our connection in the ordinary way. A HELLO
+(magic "F...") means a simultaneous open: the lower rank stays the connector
+(it skips the peer's HELLO and reads the REPLY to its own), the higher rank
+becomes the acceptor (it answers the peer's HELLO; its own HELLO is the one
+skipped). Both ends apply the same rule, so exactly one handshake runs.
 """
 
 from __future__ import annotations
@@ -22,15 +32,21 @@ import hmac
 import os
 import socket
 import struct
+from dataclasses import dataclass
+from typing import Callable
 
 MAGIC = b"FMPI"
-VERSION = 1
+VERSION = 2
 NONCE = 16
 MAC = 16
 
 HELLO = struct.Struct(f"<4sHii{NONCE}s")
 REPLY = struct.Struct(f"<B{NONCE}s{MAC}s")
-CONFIRM = struct.Struct(f"<{MAC}s")
+CONFIRM = struct.Struct(f"<{MAC}sB")
+
+#: How the connector made the link, as carried in CONFIRM.
+CHANNEL_CODES = {"direct": 0, "punched": 1}
+CHANNEL_NAMES = {v: k for k, v in CHANNEL_CODES.items()}
 
 
 class Verdict(enum.IntEnum):
@@ -42,6 +58,13 @@ class Verdict(enum.IntEnum):
 
 class HandshakeError(Exception):
     """The other side is not a member of this job, or broke the protocol."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    verdict: Verdict
+    role: str  # "connector" or "acceptor": which half this side ended up running
+    channel: str  # how the link was made (only meaningful with ACCEPT)
 
 
 def _mac(secret: bytes, label: bytes, first: bytes, second: bytes, src: int, dst: int) -> bytes:
@@ -59,44 +82,80 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(data)
 
 
-def connect_side(sock: socket.socket, secret: bytes, me: int, peer: int) -> Verdict:
-    """Run the connector's half on a connected blocking socket (with a timeout set).
+def initiate(
+    sock: socket.socket,
+    secret: bytes,
+    me: int,
+    peer: int,
+    channel: str = "direct",
+    decide: Callable[[], Verdict] | None = None,
+) -> Outcome:
+    """Our half on a connection we opened (connected, blocking, with a timeout set).
 
-    Returns the acceptor's verdict; only ACCEPT leaves a usable link.
+    `decide` gives the verdict if this side turns out to be the acceptor of
+    a simultaneous open (we are the higher rank); without it such a
+    connection is refused.
     """
     nonce_c = os.urandom(NONCE)
     sock.sendall(HELLO.pack(MAGIC, VERSION, me, peer, nonce_c))
-    verdict_raw, nonce_a, mac_a = REPLY.unpack(_recv_exact(sock, REPLY.size))
+    first = _recv_exact(sock, 1)
+    if first == MAGIC[:1]:
+        src, nonce_p = _check_hello(first + _recv_exact(sock, HELLO.size - 1), me)
+        if src != peer:
+            raise HandshakeError(f"the endpoint given for rank {peer} is rank {src}")
+        if me > peer:
+            if decide is None:
+                raise HandshakeError(f"unexpected simultaneous open with rank {peer}")
+            verdict = decide()
+            channel = accept_side(sock, secret, me, peer, nonce_p, verdict)
+            return Outcome(verdict, "acceptor", channel)
+        first = _recv_exact(sock, 1)  # the peer answers our HELLO next
+    verdict_raw, nonce_a, mac_a = REPLY.unpack(first + _recv_exact(sock, REPLY.size - 1))
     if not hmac.compare_digest(mac_a, _mac(secret, b"A", nonce_c, nonce_a, me, peer)):
+        if verdict_raw == Verdict.WRONG_RANK:
+            raise HandshakeError(f"the endpoint given for rank {peer} belongs to another rank")
         raise HandshakeError(f"the endpoint given for rank {peer} failed authentication (not a member of this job)")
     try:
         verdict = Verdict(verdict_raw)
     except ValueError:
         raise HandshakeError(f"unknown handshake verdict {verdict_raw}") from None
     if verdict is Verdict.ACCEPT:
-        sock.sendall(CONFIRM.pack(_mac(secret, b"C", nonce_a, nonce_c, me, peer)))
-    return verdict
+        sock.sendall(CONFIRM.pack(_mac(secret, b"C", nonce_a, nonce_c, me, peer), CHANNEL_CODES[channel]))
+    return Outcome(verdict, "connector", channel)
 
 
-def read_hello(sock: socket.socket, me: int) -> tuple[int, bytes]:
-    """Acceptor: read HELLO; returns (claimed source rank, connector nonce)."""
-    magic, version, src, dst, nonce_c = HELLO.unpack(_recv_exact(sock, HELLO.size))
+def connect_side(sock: socket.socket, secret: bytes, me: int, peer: int, channel: str = "direct") -> Verdict:
+    """The connector's half on a plainly connected socket; returns the acceptor's verdict."""
+    return initiate(sock, secret, me, peer, channel).verdict
+
+
+def _check_hello(raw: bytes, me: int) -> tuple[int, bytes]:
+    magic, version, src, dst, nonce = HELLO.unpack(raw)
     if magic != MAGIC:
         raise HandshakeError("not an fmpi peer (bad magic)")
     if version != VERSION:
         raise HandshakeError(f"peer speaks link protocol version {version}, this rank speaks {VERSION}")
     if dst != me:
-        sock.sendall(REPLY.pack(Verdict.WRONG_RANK, bytes(NONCE), bytes(MAC)))
         raise HandshakeError(f"connection meant for rank {dst} reached rank {me}")
-    return src, nonce_c
+    return src, nonce
 
 
-def accept_side(sock: socket.socket, secret: bytes, me: int, src: int, nonce_c: bytes, verdict: Verdict) -> None:
-    """Acceptor: answer HELLO with `verdict`; on ACCEPT, verify the connector's CONFIRM."""
+def read_hello(sock: socket.socket, me: int) -> tuple[int, bytes]:
+    """Acceptor: read HELLO; returns (claimed source rank, connector nonce)."""
+    raw = _recv_exact(sock, HELLO.size)
+    magic, version, _src, dst, _nonce = HELLO.unpack(raw)
+    if magic == MAGIC and version == VERSION and dst != me:
+        sock.sendall(REPLY.pack(Verdict.WRONG_RANK, bytes(NONCE), bytes(MAC)))
+    return _check_hello(raw, me)
+
+
+def accept_side(sock: socket.socket, secret: bytes, me: int, src: int, nonce_c: bytes, verdict: Verdict) -> str:
+    """Acceptor: answer HELLO with `verdict`; on ACCEPT, verify CONFIRM. Returns the connector's channel."""
     nonce_a = os.urandom(NONCE)
     sock.sendall(REPLY.pack(verdict, nonce_a, _mac(secret, b"A", nonce_c, nonce_a, src, me)))
     if verdict is not Verdict.ACCEPT:
-        return
-    (mac_c,) = CONFIRM.unpack(_recv_exact(sock, CONFIRM.size))
+        return ""
+    mac_c, code = CONFIRM.unpack(_recv_exact(sock, CONFIRM.size))
     if not hmac.compare_digest(mac_c, _mac(secret, b"C", nonce_a, nonce_c, src, me)):
         raise HandshakeError(f"a connection claiming to be rank {src} failed authentication")
+    return CHANNEL_NAMES.get(code, "direct")

@@ -1,16 +1,24 @@
-"""One established, authenticated TCP connection to one peer rank.
+"""One established, authenticated TCP connection to one peer rank: a carrier of that pair's frames.
 
-Reading is a small state machine driven by the progress thread: bytes land in
-a staging buffer (so a burst of small frames costs one syscall), headers are
-parsed there, and a payload is copied into the destination the receiver chose
-at header time. Once the staging buffer is empty, the rest of a large payload
-is read straight into its destination with ``recv_into`` — no intermediate
-copy, which is what lets a 64 MiB ``Recv`` run at socket speed.
+Reading is driven by the progress thread: bytes land in a staging buffer (so
+a burst of small frames costs one syscall) and go to the link's
+``FrameAssembler``; once the staging buffer is empty, the rest of a large
+payload is read straight into its destination with ``recv_into`` (no
+intermediate copy, which is what lets a 64 MiB ``Recv`` run at socket speed).
 
 Writing uses ``sendmsg`` with the header and the payload as separate parts
 (scatter/gather, no concatenation). The calling thread writes directly while
 the link's queue is empty; whatever the kernel does not take is queued and
-finished by the progress thread when the socket becomes writable.
+finished by the progress thread when the socket becomes writable. Sequence
+numbers, acknowledgements and retransmission live one level up (``stream``):
+a link only moves bytes, so the pair's stream can move to another carrier
+(the relay) when the connection dies.
+
+Liveness: a connection whose path silently stops delivering (a NAT mapping
+dropped, a firewall rule) would otherwise look healthy for many minutes. The
+kernel is told to give up after ``timeout`` seconds without acknowledgement
+(TCP_USER_TIMEOUT) and to probe idle connections (keepalive), so such a link
+fails with ETIMEDOUT and the engine fails it over to the relay.
 """
 
 from __future__ import annotations
@@ -18,9 +26,8 @@ from __future__ import annotations
 import socket
 import threading
 from collections import deque
-from typing import Protocol
 
-from .frames import HEADER_SIZE, Flag, FrameError, Header, Kind, pack_header, unpack_header
+from .assembler import FrameAssembler, FrameSink
 
 STAGE_SIZE = 256 * 1024
 # Below this many outstanding payload bytes we keep going through the stage;
@@ -28,61 +35,55 @@ STAGE_SIZE = 256 * 1024
 DIRECT_READ_THRESHOLD = 64 * 1024
 
 
-
-class FrameSink(Protocol):
-    """What a link reports to: the progress engine."""
-
-    def frame_started(self, link: "Link", header: Header) -> memoryview | None:
-        """A DATA header arrived; return where its payload goes (len == nbytes)."""
-
-    def frame_finished(self, link: "Link", header: Header, payload: memoryview | None) -> None:
-        """A whole frame arrived (payload already written to the destination)."""
-
-
 class PeerClosed(Exception):
     """The peer closed the connection (EOF)."""
 
 
-class Link:
-    __slots__ = (
-        "peer",
-        "sock",
-        "_sink",
-        "_stage",
-        "_view",
-        "_lo",
-        "_hi",
-        "_header",
-        "_dest",
-        "_dest_off",
-        "_wlock",
-        "_queue",
-        "_sync",
-        "send_seq",
-        "said_bye",
-        "heard_bye",
-        "bytes_in",
-        "bytes_out",
-    )
+def set_liveness(sock: socket.socket, timeout: float) -> None:
+    """Make a silently dead path fail within about `timeout` seconds (best effort per platform)."""
+    ms = max(1000, int(timeout * 1000))
+    idle = max(1, int(timeout / 3))
+    for level, name, value in (
+        (socket.SOL_SOCKET, "SO_KEEPALIVE", 1),
+        (socket.IPPROTO_TCP, "TCP_KEEPIDLE", idle),
+        (socket.IPPROTO_TCP, "TCP_KEEPINTVL", 1),
+        (socket.IPPROTO_TCP, "TCP_KEEPCNT", max(1, int(timeout) - idle)),
+        (socket.IPPROTO_TCP, "TCP_USER_TIMEOUT", ms),
+    ):
+        opt = getattr(socket, name, None)
+        if opt is not None:
+            try:
+                sock.setsockopt(level, opt, value)
+            except OSError:
+                pass
 
-    def __init__(self, peer: int, sock: socket.socket, sink: FrameSink) -> None:
+
+class Link:
+    """A TCP carrier. ``write`` may be called from any thread; reading only by the progress thread."""
+
+    __slots__ = ("peer", "sock", "kind", "asm", "_stage", "_view", "wlock", "_queue", "failed", "bytes_in", "bytes_out")
+
+    @property
+    def retired(self) -> bool:
+        return self.asm.retired
+
+    @retired.setter
+    def retired(self, value: bool) -> None:
+        self.asm.retired = value
+
+    def __init__(self, peer: int, sock: socket.socket, sink: FrameSink, kind: str = "direct") -> None:
         self.peer = peer
         self.sock = sock
+        self.kind = kind  # how it was made: "direct" or "punched"
         sock.setblocking(False)
-        self._sink = sink
+        self.asm = FrameAssembler(peer, "tcp", sink)
         self._stage = bytearray(STAGE_SIZE)
         self._view = memoryview(self._stage)
-        self._lo = 0
-        self._hi = 0
-        self._header: Header | None = None
-        self._dest: memoryview | None = None
-        self._dest_off = 0
-        self._wlock = threading.Lock()
+        self.wlock = threading.Lock()
+        # (frame parts, token): the token is handed back by flush() once the frame is out
         self._queue: deque[tuple[list[memoryview], object | None]] = deque()
-        self._sync: dict[int, object] = {}
-        self.send_seq = 0
-        self.said_bye = False
-        self.heard_bye = False
+        # A write error seen by a sending thread; the progress thread raises it (and fails the link over).
+        self.failed: OSError | None = None
         self.bytes_in = 0
         self.bytes_out = 0
 
@@ -92,160 +93,107 @@ class Link:
     # ------------------------------------------------------------------ read
     def on_readable(self) -> None:
         """Read what the kernel has; raises PeerClosed on EOF, OSError/FrameError on failure."""
-        sock = self.sock
+        sock, asm = self.sock, self.asm
         while True:
-            header = self._header
-            if header is not None and self._lo == self._hi:
-                remaining = header.nbytes - self._dest_off
-                if remaining >= DIRECT_READ_THRESHOLD:
-                    try:
-                        n = sock.recv_into(self._dest[self._dest_off :], remaining)
-                    except (BlockingIOError, InterruptedError):
-                        return
-                    if n == 0:
-                        raise PeerClosed()
-                    self.bytes_in += n
-                    self._dest_off += n
-                    if self._dest_off == header.nbytes:
-                        self._finish_payload()
-                    if n < remaining:
-                        return
-                    continue
-            if self._lo == self._hi:
-                self._lo = self._hi = 0
-            elif self._hi > STAGE_SIZE - HEADER_SIZE:
-                # Keep a partial header contiguous by moving the tail to the front.
-                tail = self._hi - self._lo
-                self._view[:tail] = self._view[self._lo : self._hi]
-                self._lo, self._hi = 0, tail
-            want = STAGE_SIZE - self._hi
+            target = asm.direct_target(DIRECT_READ_THRESHOLD)
+            if target is not None:
+                want = len(target)
+                try:
+                    n = sock.recv_into(target, want)
+                except (BlockingIOError, InterruptedError):
+                    return
+                finally:
+                    target.release()
+                if n == 0:
+                    raise PeerClosed()
+                self.bytes_in += n
+                asm.advance(n)
+                if n < want:
+                    return
+                continue
             try:
-                n = sock.recv_into(self._view[self._hi :], want)
+                n = sock.recv_into(self._view, STAGE_SIZE)
             except (BlockingIOError, InterruptedError):
                 return
             if n == 0:
                 raise PeerClosed()
             self.bytes_in += n
-            self._hi += n
-            self._consume_stage()
-            if n < want:
+            with self._view[:n] as chunk:
+                asm.feed(chunk)
+            if n < STAGE_SIZE or asm.retired:
                 return
 
-    def _consume_stage(self) -> None:
-        view = self._view
-        while self._lo < self._hi:
-            header = self._header
-            if header is None:
-                if self._hi - self._lo < HEADER_SIZE:
-                    return
-                header = unpack_header(view, self._lo)
-                self._lo += HEADER_SIZE
-                if header.kind is not Kind.DATA:
-                    self._sink.frame_finished(self, header, None)
-                    continue
-                self._header = header
-                self._dest_off = 0
-                self._dest = self._sink.frame_started(self, header) if header.nbytes else None
-                if header.nbytes == 0:
-                    self._finish_payload()
-                continue
-            take = min(header.nbytes - self._dest_off, self._hi - self._lo)
-            self._dest[self._dest_off : self._dest_off + take] = view[self._lo : self._lo + take]
-            self._lo += take
-            self._dest_off += take
-            if self._dest_off == header.nbytes:
-                self._finish_payload()
-
-    def _finish_payload(self) -> None:
-        header, dest = self._header, self._dest
-        self._header = None
-        self._dest = None
-        self._sink.frame_finished(self, header, dest)
-
     # ----------------------------------------------------------------- write
-    # A queued entry is (frame parts, op): `op` is an opaque token handed back
-    # by flush() once the frame is fully written (None for control frames).
+    def write(self, parts: list[memoryview], token: object | None) -> bool:
+        """Write one frame; whatever the kernel does not take now is queued.
 
-    def send_data(
-        self, context: int, source: int, tag: int, parts: list[memoryview], nbytes: int, op: object, sync: bool
-    ) -> bool:
-        """Frame and write a message; whatever the kernel does not take now is queued.
-
-        Sequence numbers are assigned under the write lock, so they follow wire
-        order. A synchronous send registers `op` under its seq before the frame
-        can reach the peer, so the peer's ACK always finds it.
-
-        Returns True when the frame went out whole (the caller completes a
-        non-synchronous op itself), False when it is queued: the caller must
-        then ask the progress thread to wait for write readiness.
+        Returns True when the frame went out whole, False when (part of) it
+        is queued: the caller must then ask the progress thread to wait for
+        write readiness, and gets `token` back from ``flush`` later.
         """
-        with self._wlock:
-            seq = self.send_seq
-            self.send_seq = seq + 1
-            flags = Flag.NONE
-            if sync:
-                self._sync[seq] = op
-                flags = Flag.SYNC
-            frame = [memoryview(pack_header(Kind.DATA, flags, source, tag, context, seq, nbytes)), *parts]
-            return self._send_locked(frame, None if sync else op)
+        with self.wlock:
+            return self.write_held(parts, token)
 
-    def send_control(self, kind: Kind, seq: int = 0) -> bool:
-        """ACK or BYE; same queueing rules as ``send_data``."""
-        with self._wlock:
-            return self._send_locked([memoryview(pack_header(kind, 0, 0, 0, 0, seq, 0))], None)
-
-    def take_sync(self, seq: int) -> object | None:
-        with self._wlock:
-            return self._sync.pop(seq, None)
-
-    def _send_locked(self, frame: list[memoryview], op: object | None) -> bool:
+    def write_held(self, parts: list[memoryview], token: object | None) -> bool:
+        """``write`` for a caller that already holds ``wlock``."""
         if not self._queue:
-            frame = self._write(frame)
-            if not frame:
+            parts = self._write(parts)
+            if not parts:
                 return True
-        self._queue.append((frame, op))
+        self._queue.append((parts, token))
         return False
 
     def flush(self) -> tuple[list[object], bool]:
-        """Progress-thread side of writing: returns (ops whose frames are now out, queue empty)."""
+        """Progress-thread side of writing: (tokens of frames now fully out, queue empty)."""
         done: list[object] = []
-        with self._wlock:
+        with self.wlock:
+            if self.failed is not None:
+                raise self.failed
             while self._queue:
-                parts, op = self._queue[0]
+                parts, token = self._queue[0]
                 rest = self._write(parts)
+                if self.failed is not None:
+                    raise self.failed
                 if rest:
-                    self._queue[0] = (rest, op)
+                    self._queue[0] = (rest, token)
                     return done, False
                 self._queue.popleft()
-                if op is not None:
-                    done.append(op)
+                if token is not None:
+                    done.append(token)
             return done, True
 
     def has_queued(self) -> bool:
         return bool(self._queue)
 
-    def abandon(self) -> list[object]:
-        """The link is dead: hand back the ops of unsent frames and of unacknowledged sync sends."""
-        with self._wlock:
-            ops = [op for _, op in self._queue if op is not None]
+    def drop_queue(self) -> None:
+        """The link is being abandoned: forget unsent bytes (the stream resends what matters)."""
+        with self.wlock:
             self._queue.clear()
-            ops.extend(self._sync.values())
-            self._sync.clear()
-            return ops
 
     def _write(self, parts: list[memoryview]) -> list[memoryview]:
-        """sendmsg until the kernel stops taking bytes; return what is left."""
+        """sendmsg until the kernel stops taking bytes; return what is left.
+
+        An error (the connection broke) is kept in ``failed`` rather than
+        raised, so a sending thread never sees it: its frame stays queued and
+        the progress thread fails the link over.
+        """
+        if self.failed is not None:
+            return parts
         while parts:
             try:
                 n = self.sock.sendmsg(parts)
             except (BlockingIOError, InterruptedError):
                 return parts
+            except OSError as exc:
+                self.failed = exc
+                return parts
             self.bytes_out += n
-            parts = _advance(parts, n)
+            parts = advance_parts(parts, n)
         return parts
 
 
-def _advance(parts: list[memoryview], n: int) -> list[memoryview]:
+def advance_parts(parts: list[memoryview], n: int) -> list[memoryview]:
+    """Drop the first `n` bytes of a list of buffers."""
     i = 0
     while i < len(parts) and n >= len(parts[i]):
         n -= len(parts[i])
@@ -256,4 +204,4 @@ def _advance(parts: list[memoryview], n: int) -> list[memoryview]:
     return rest
 
 
-__all__ = ["Link", "FrameSink", "PeerClosed", "FrameError", "STAGE_SIZE"]
+__all__ = ["Link", "PeerClosed", "STAGE_SIZE", "advance_parts", "set_liveness"]

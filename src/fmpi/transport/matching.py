@@ -12,6 +12,8 @@ state lock.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections import defaultdict
 from typing import Generic, Protocol, TypeVar
 
@@ -40,6 +42,7 @@ class Matcher(Generic[P, M]):
     def __init__(self) -> None:
         self._posted: defaultdict[int, list[P]] = defaultdict(list)
         self._unexpected: defaultdict[int, list[M]] = defaultdict(list)
+        self._order = itertools.count(1)
 
     # -- receive side -------------------------------------------------------
     def find_unexpected(self, pattern: Pattern, remove: bool) -> M | None:
@@ -55,7 +58,17 @@ class Matcher(Generic[P, M]):
         return None
 
     def post(self, recv: P) -> None:
+        recv.order = next(self._order)
         self._posted[recv.context].append(recv)
+
+    def repost(self, recv: P) -> None:
+        """Put back a receive taken by ``take_posted`` at its original place in the queue.
+
+        Used when the frame it was matched to never finished arriving (its
+        link failed mid-frame): the resent frame must find the same receive.
+        """
+        queue = self._posted[recv.context]
+        queue.insert(bisect.bisect_left([r.order for r in queue], recv.order), recv)
 
     def unpost(self, recv: P) -> bool:
         """Withdraw a posted receive (cancel); False if it was already matched."""

@@ -36,7 +36,7 @@ class SendOp(Op):
 class RecvOp(Op):
     """A posted receive. `source`/`tag` are the pattern; `status_*` what matched."""
 
-    __slots__ = ("context", "source", "tag", "buffer", "payload", "status_source", "status_tag", "nbytes")
+    __slots__ = ("context", "source", "tag", "buffer", "payload", "status_source", "status_tag", "nbytes", "order")
 
     def __init__(self, context: int, source: int, tag: int, buffer: memoryview | None) -> None:
         super().__init__()
@@ -48,6 +48,7 @@ class RecvOp(Op):
         self.status_source = -1
         self.status_tag = -1
         self.nbytes = 0
+        self.order = 0  # position among posted receives (set by the matcher)
 
 
 class Arrived:

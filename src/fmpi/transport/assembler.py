@@ -1,0 +1,107 @@
+"""Turning a byte stream from one peer into frames, wherever the bytes come from.
+
+A TCP link feeds it what ``recv`` returned; the relay channel feeds it the
+chunks of a relayed stream. Frames may be split anywhere: a header across
+two reads, a 64 MiB payload across hundreds of relay chunks. The payload of a
+DATA frame goes straight into the destination the engine chose when the
+header arrived (a posted receive's buffer when one matches, so large
+messages are copied once), or nowhere at all when the engine says the frame
+is a duplicate.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from .frames import HEADER_SIZE, Header, Kind, unpack_header
+
+
+class FrameSink(Protocol):
+    """What an assembler reports to: the progress engine."""
+
+    def frame_started(self, source: "FrameAssembler", header: Header) -> memoryview | None:
+        """A DATA header with a payload arrived: where do its bytes go (None: discard them)?"""
+
+    def frame_finished(self, source: "FrameAssembler", header: Header, payload: memoryview | None) -> None:
+        """A whole frame arrived (its payload already written to the destination)."""
+
+
+class FrameAssembler:
+    """Incremental frame parser for one peer over one carrier ("tcp" or "relay")."""
+
+    __slots__ = ("peer", "via", "retired", "_sink", "_head", "_hlen", "_header", "_dest", "_off")
+
+    def __init__(self, peer: int, via: str, sink: FrameSink) -> None:
+        self.peer = peer
+        self.via = via
+        self.retired = False  # its carrier was dropped: frames still in a read batch are ignored
+        self._sink = sink
+        self._head = bytearray(HEADER_SIZE)
+        self._hlen = 0
+        self._header: Header | None = None
+        self._dest: memoryview | None = None
+        self._off = 0
+
+    def feed(self, view: memoryview) -> None:
+        """Consume all of `view`. Raises FrameError on a malformed header."""
+        pos, end = 0, len(view)
+        while pos < end:
+            header = self._header
+            if header is None:
+                if self._hlen == 0 and end - pos >= HEADER_SIZE:
+                    header = unpack_header(view, pos)
+                    pos += HEADER_SIZE
+                else:
+                    take = min(HEADER_SIZE - self._hlen, end - pos)
+                    self._head[self._hlen : self._hlen + take] = view[pos : pos + take]
+                    self._hlen += take
+                    pos += take
+                    if self._hlen < HEADER_SIZE:
+                        return
+                    self._hlen = 0
+                    header = unpack_header(self._head)
+                self._begin(header)
+                continue
+            take = min(header.nbytes - self._off, end - pos)
+            if self._dest is not None:
+                self._dest[self._off : self._off + take] = view[pos : pos + take]
+            self._off += take
+            pos += take
+            if self._off == header.nbytes:
+                self._finish()
+
+    def direct_target(self, threshold: int) -> memoryview | None:
+        """The rest of the current payload's destination, when at least `threshold` bytes are missing.
+
+        A TCP link reads such payloads straight into the destination with
+        ``recv_into`` (no staging copy), then reports them with ``advance``.
+        """
+        header = self._header
+        if header is None or self._dest is None or header.nbytes - self._off < threshold:
+            return None
+        return self._dest[self._off :]
+
+    def advance(self, n: int) -> None:
+        """`n` payload bytes were written into ``direct_target()`` by the caller."""
+        assert self._header is not None
+        self._off += n
+        if self._off == self._header.nbytes:
+            self._finish()
+
+    def in_frame(self) -> bool:
+        return self._header is not None or self._hlen > 0
+
+    def _begin(self, header: Header) -> None:
+        if header.kind is Kind.DATA and header.nbytes:
+            self._header = header
+            self._off = 0
+            self._dest = self._sink.frame_started(self, header)
+        else:
+            self._sink.frame_finished(self, header, None)
+
+    def _finish(self) -> None:
+        header, dest = self._header, self._dest
+        self._header = None
+        self._dest = None
+        assert header is not None
+        self._sink.frame_finished(self, header, dest)

@@ -1,0 +1,374 @@
+"""Bringing up the link to a peer: plain connect, hole punch, or the relay, and the handshakes.
+
+Links are lazy. The first send to a peer loads the pair's plan (``routes``):
+for example ``["punch", "relay"]`` for two ranks behind different NATs. Steps
+run one after the other until one yields an authenticated connection; the
+last resort is the relay, which always works while both ranks live.
+
+Punch coordination. A TCP hole punch only works when both ends send SYNs at
+about the same time. The side that needs the link (a) sends a PUNCH frame to
+the peer (b) through the relay and starts punching at once; b starts when the
+PUNCH arrives, one relay hop later (well within the 3 s punch deadline, and
+behind NATs that drop unsolicited SYNs the late side connects about one
+round trip after it starts). Links stay lazy: nobody punches a peer it was
+not asked for. Requests that arrive within ``punch_gather`` of each other
+are punched by one ``punch_many`` call (one selector loop for all of them,
+no thread per peer), on the shared local port that the relay observed.
+
+Handshakes and duplicates. Every connection runs the authenticated
+handshake (``handshake.py``) on the pool: ``initiate`` on connections we
+opened (plain or punched), the acceptor half on what our listener accepted
+(a peer's punch or plain connect that reached our port while we had no
+attempt of our own towards it). The acceptor's verdict keeps at most one
+connection per pair:
+
+* a second connection while one is linked or being accepted: DUPLICATE;
+* crossing connections while this side also has a HELLO out: the lower
+  rank's connection wins (the higher rank's gets TIE_LOST) - but only when
+  such a competing connection really exists, so the only working path
+  (say a symmetric-NAT rank reaching a public rank) is never refused;
+* otherwise ACCEPT.
+
+The loser waits ``retry_after_tie`` for the winner's link, then goes on with
+its plan. If the pair ends up split (one side linked by TCP, the other
+relayed), the relayed side's RESUME makes the other fail over too, so both
+always converge on one carrier.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import time
+from typing import TYPE_CHECKING, Callable, Sequence
+
+from ..natpunch.simultaneous_open import PunchCancel, PunchResult, punch_many
+from .handshake import HandshakeError, Verdict, accept_side, initiate, read_hello
+from .peers import Peer, PeerState
+from .requests import TransportError
+from .routes import Route
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+Endpoint = tuple[str, int]
+
+
+class Linker:
+    def __init__(
+        self,
+        engine: "Engine",
+        endpoints: Callable[[int], Sequence[Endpoint]],
+        routes: dict[int, Route] | None,
+        local_addr: Endpoint | None,
+    ) -> None:
+        self._e = engine
+        self._endpoints = endpoints
+        self._routes = routes or {}
+        self._local = local_addr
+        self._batch: dict[int, list[Endpoint]] = {}
+        self._cancels: dict[int, PunchCancel] = {}
+        self._stopped = False
+
+    # ================================================================ plans
+    def route(self, rank: int) -> Route:
+        route = self._routes.get(rank)
+        if route is None:
+            route = Route(direct=tuple(self._endpoints(rank)), punch=(), punchable=False)
+        return route
+
+    def _usable(self, rank: int, steps: list[str]) -> list[str]:
+        """Drop steps this engine cannot run: without a relay there is no punch coordination and no relaying."""
+        has_relay = self._e.has_relay()
+        out = []
+        for step in steps:
+            if step == "relay" and not has_relay:
+                continue
+            if step == "punch" and (not has_relay or self._local is None or not self.route(rank).punch):
+                continue
+            out.append(step)
+        return out
+
+    def _begin(self, peer: Peer) -> None:
+        peer.state = PeerState.SETUP
+        peer.setup_started = time.monotonic()
+        peer.steps = []
+        peer.planned = False
+        peer.errors = []
+        peer.tie_wait_until = 0.0
+        peer.punch_wanted = False
+
+    def _load_plan(self, peer: Peer) -> None:
+        peer.planned = True
+        steps = self._usable(peer.rank, self.route(peer.rank).steps(self._e.options.channel))
+        peer.steps = [s for s in steps if s != peer.running]
+
+    # ============================================ triggers (engine lock held)
+    def need(self, peer: Peer) -> None:
+        """There is something to send to `peer` and no link: set one up."""
+        if peer.state is PeerState.NONE:
+            self._begin(peer)
+            self._load_plan(peer)
+            self._advance(peer)
+        elif peer.state is PeerState.SETUP and not peer.planned:
+            self._load_plan(peer)  # so far this side only answered the peer; now it needs the link itself
+            self._advance(peer)
+
+    def decide(self, peer: Peer, src: int) -> Verdict:
+        """The acceptor's verdict on a HELLO from `src` (see the module docstring)."""
+        if peer.state in (PeerState.LINKED, PeerState.RELAYED, PeerState.GONE) or peer.accepting:
+            return Verdict.DUPLICATE
+        if peer.handshakes_out and src > self._e.rank:
+            return Verdict.TIE_LOST
+        if peer.state is PeerState.NONE:
+            self._begin(peer)
+        peer.accepting = True
+        return Verdict.ACCEPT
+
+    def cancel_punch(self, rank: int) -> None:
+        cancel = self._cancels.pop(rank, None)
+        if cancel is not None:
+            cancel.cancel(rank)
+
+    def stop(self) -> None:
+        self._stopped = True
+        for cancel in set(self._cancels.values()):
+            cancel.cancel()
+        self._cancels.clear()
+
+    def _advance(self, peer: Peer) -> None:
+        """Start the next step when nothing is in progress any more."""
+        if peer.state is not PeerState.SETUP or self._stopped:
+            return
+        if peer.running or peer.handshakes_out or peer.accepting:
+            return
+        now = time.monotonic()
+        if peer.tie_wait_until > now:
+            rank = peer.rank
+            self._e._loop.call_later(peer.tie_wait_until - now + 0.001, lambda: self._recheck(rank))
+            return
+        if peer.punch_wanted:
+            peer.punch_wanted = False
+            if "punch" in peer.steps:
+                peer.steps.remove("punch")
+            if self._usable(peer.rank, ["punch"]):
+                peer.steps.insert(0, "punch")
+        if not peer.steps and not peer.planned and peer.stream.pending():
+            self._load_plan(peer)
+        if not peer.steps:
+            if peer.planned or peer.stream.pending():
+                why = "; ".join(peer.errors) or "no way to reach it"
+                self._e._fail_peer_locked(peer, TransportError(f"cannot reach rank {peer.rank}: {why}", "ERR_UNREACHABLE"))
+            else:
+                peer.state = PeerState.NONE  # we only answered the peer; it will come back if it needs us
+            return
+        step = peer.steps.pop(0)
+        if step == "relay":
+            self._e._go_relay_locked(peer)
+        elif step == "direct":
+            peer.running = "direct"
+            endpoints = list(self.route(peer.rank).direct) or list(self.route(peer.rank).punch)
+            self._e._pool.submit(self._direct, peer.rank, endpoints)
+        elif step == "punch":
+            self._start_punch(peer)
+
+    def _recheck(self, rank: int) -> None:
+        with self._e._lock:
+            peer = self._e._peers.get(rank)
+            if peer is not None:
+                self._advance(peer)
+
+    # ============================================================== direct
+    def _direct(self, rank: int, endpoints: list[Endpoint]) -> None:
+        e = self._e
+        try:
+            for endpoint in endpoints:
+                with e._lock:
+                    if e._peers[rank].state is not PeerState.SETUP:
+                        return
+                where = f"{endpoint[0]}:{endpoint[1]}"
+                try:
+                    sock = socket.create_connection(endpoint, timeout=e.options.direct_timeout)
+                except OSError as exc:
+                    self._note(rank, f"connect {where}: {exc.strerror or exc}")
+                    continue
+                if self._initiate(rank, sock, "direct", where):
+                    return
+        finally:
+            with e._lock:
+                peer = e._peers[rank]
+                if peer.running == "direct":
+                    peer.running = None
+                self._advance(peer)
+
+    # =============================================================== punch
+    def on_punch_request(self, rank: int) -> None:
+        """The peer asked us (through the relay) to punch towards it now. Progress thread."""
+        e = self._e
+        if not 0 <= rank < e.size or rank == e.rank:
+            return
+        with e._lock:
+            peer = e._peer(rank)
+            if peer.state is PeerState.NONE:
+                self._begin(peer)
+                peer.steps = self._usable(rank, self.route(rank).passive_steps(e.options.channel))
+                self._advance(peer)
+            elif peer.state is PeerState.SETUP and peer.running != "punch":
+                peer.punch_wanted = True
+                self._advance(peer)
+
+    def _start_punch(self, peer: Peer) -> None:
+        e = self._e
+        peer.running = "punch"
+        if peer.planned:
+            # Ask the peer to punch towards us too (it ignores this if it already is).
+            e._send_control_via_relay(peer, "punch")
+        self._batch[peer.rank] = list(self.route(peer.rank).punch)
+        if len(self._batch) == 1:
+            e._loop.call_later(e.options.punch_gather, self._start_batch)
+
+    def _start_batch(self) -> None:
+        e = self._e
+        with e._lock:
+            batch, self._batch = self._batch, {}
+            if self._stopped or not batch:
+                return
+            cancel = PunchCancel()
+            for rank in batch:
+                self._cancels[rank] = cancel
+        e._pool.submit(self._punch, batch, cancel)
+
+    def _punch(self, batch: dict[int, list[Endpoint]], cancel: PunchCancel) -> None:
+        """One punch_many for the batch; each peer is handed on the moment its outcome is known."""
+        e = self._e
+        assert self._local is not None
+        deadline = time.monotonic() + e.options.punch_timeout
+        done: set[int] = set()
+
+        def on_result(rank: int, result: PunchResult) -> None:
+            done.add(rank)
+            if result.ok:
+                for extra in result.extra_socks:
+                    extra.close()
+                e._pool.submit(self._punched, rank, result.sock)
+            else:
+                self._punch_failed(rank, result.reason)
+
+        try:
+            punch_many(self._local, batch, deadline, listen=False, cancel=cancel, on_result=on_result)
+        except Exception as exc:  # noqa: BLE001 - e.g. the shared port cannot be bound
+            for rank in set(batch) - done:
+                self._punch_failed(rank, f"hole punch failed: {exc!r}")
+        finally:
+            with e._lock:
+                for rank in batch:
+                    if self._cancels.get(rank) is cancel:
+                        del self._cancels[rank]
+            cancel.close()
+
+    def _punch_failed(self, rank: int, reason: str) -> None:
+        e = self._e
+        with e._lock:
+            peer = e._peers[rank]
+            if peer.state is PeerState.SETUP:
+                peer.errors.append(reason)
+            if peer.running == "punch":
+                peer.running = None
+            self._advance(peer)
+
+    def _punched(self, rank: int, sock: socket.socket) -> None:
+        try:
+            self._initiate(rank, sock, "punched", "punched connection")
+        finally:
+            with self._e._lock:
+                peer = self._e._peers[rank]
+                if peer.running == "punch":
+                    peer.running = None
+                self._advance(peer)
+
+    # ========================================================== handshakes
+    def _initiate(self, rank: int, sock: socket.socket, channel: str, where: str) -> bool:
+        """Handshake on a connection we opened. True when the pair is settled (stop trying others)."""
+        e = self._e
+        with e._lock:
+            peer = e._peers[rank]
+            if peer.state is not PeerState.SETUP or peer.accepting:
+                sock.close()
+                return True
+            peer.handshakes_out += 1
+        swapped = False
+        given: Verdict | None = None
+
+        def decide() -> Verdict:
+            nonlocal swapped, given
+            with e._lock:
+                swapped = True
+                peer.handshakes_out -= 1
+                given = self.decide(peer, rank)
+                return given
+
+        try:
+            sock.settimeout(e.options.connect_timeout)
+            outcome = initiate(sock, e._secret, e.rank, rank, channel, decide)
+        except (OSError, HandshakeError) as exc:
+            sock.close()
+            with e._lock:
+                if not swapped:
+                    peer.handshakes_out -= 1
+                elif given is Verdict.ACCEPT:
+                    peer.accepting = False
+                peer.errors.append(f"{where}: {exc}")
+            return False
+        if outcome.verdict is Verdict.ACCEPT:
+            e._install(rank, sock, outcome.channel, outcome.role)
+            return True
+        sock.close()
+        with e._lock:
+            if outcome.role == "connector":
+                peer.handshakes_out -= 1
+            if outcome.verdict is Verdict.WRONG_RANK:
+                peer.errors.append(f"{where}: reached another rank")
+                return False
+            if outcome.role == "connector":
+                # The peer's own connection wins (or one is already up): give it time to arrive.
+                peer.tie_wait_until = time.monotonic() + e.options.retry_after_tie
+        return True
+
+    def accepted(self, sock: socket.socket) -> None:
+        """Our listener accepted a connection (progress thread): run the acceptor's half on the pool."""
+        self._e._pool.submit(self._accept, sock)
+
+    def _accept(self, sock: socket.socket) -> None:
+        e = self._e
+        src = -1
+        verdict: Verdict | None = None
+        try:
+            sock.setblocking(True)
+            sock.settimeout(e.options.connect_timeout)
+            src, nonce = read_hello(sock, e.rank)
+            with e._lock:
+                if not 0 <= src < e.size or src == e.rank:
+                    raise HandshakeError(f"connection claims impossible rank {src}")
+                verdict = self.decide(e._peer(src), src)
+            channel = accept_side(sock, e._secret, e.rank, src, nonce, verdict)
+        except (OSError, HandshakeError) as exc:
+            sock.close()
+            with e._lock:
+                peer = e._peers.get(src)
+                if peer is not None and verdict is Verdict.ACCEPT:
+                    peer.accepting = False
+                    self._advance(peer)
+            # A connection closed before saying anything is the loser of a
+            # race (its side was linked meanwhile), or a port scan: not news.
+            silent = src == -1 and isinstance(exc, HandshakeError) and "closed the connection" in str(exc)
+            if not silent and "impossible" not in str(exc):
+                print(f"fmpi: rank {e.rank}: refused a connection: {exc}", file=sys.stderr)
+            return
+        if verdict is Verdict.ACCEPT:
+            e._install(src, sock, channel, "acceptor")
+        else:
+            sock.close()
+
+    def _note(self, rank: int, error: str) -> None:
+        with self._e._lock:
+            self._e._peers[rank].errors.append(error)

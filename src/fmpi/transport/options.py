@@ -1,0 +1,80 @@
+"""Transport knobs: which channels links may use, time limits, and the thresholds of the reliable stream.
+
+Everything that decides *when* something happens is here, injectable, so
+tests reach every branch quickly (a 0.5 s punch deadline, a 64-byte copy
+limit) instead of needing big messages or long waits. Ranks read the
+experiment overrides from the environment:
+
+    FMPI_CHANNEL=auto|direct|punch|relay   force how links are made (default auto)
+    FMPI_PUNCH_TIMEOUT=S                   hole-punch deadline per link (default 3)
+    FMPI_LINK_TIMEOUT=S                    a silent TCP link counts as dead after S (default 10)
+    FMPI_RESUME_TIMEOUT=S                  wait for a peer to answer through the relay (default 20)
+    FMPI_DIRECT_TIMEOUT=S                  plain connect attempt (default 2)
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields, replace
+from typing import Any, Mapping
+
+#: auto: plain connect when the peer is reachable as is, else punch, else relay.
+#: direct: plain connect only. punch: always punch (even on a LAN), never relay.
+#: relay: every link through the relay.
+CHANNELS = ("auto", "direct", "punch", "relay")
+
+_ENV = {
+    "channel": "FMPI_CHANNEL",
+    "punch_timeout": "FMPI_PUNCH_TIMEOUT",
+    "link_timeout": "FMPI_LINK_TIMEOUT",
+    "resume_timeout": "FMPI_RESUME_TIMEOUT",
+    "direct_timeout": "FMPI_DIRECT_TIMEOUT",
+}
+
+
+@dataclass(frozen=True)
+class TransportOptions:
+    channel: str = "auto"
+    connect_timeout: float = 10.0  # one handshake, end to end
+    direct_timeout: float = 2.0  # one plain connect() to a peer thought reachable
+    punch_timeout: float = 3.0  # one hole punch (both sides start within a relay round trip)
+    punch_gather: float = 0.002  # link requests arriving this close together are punched in one batch
+    link_timeout: float = 10.0  # TCP_USER_TIMEOUT + keepalive on established links
+    resume_timeout: float = 20.0  # the peer must answer a RESUME through the relay within this
+    retry_after_tie: float = 2.0  # after losing a tie, wait this long for the winner's connection
+    copy_limit: int = 256 * 1024  # messages up to this size are copied for resending; larger ones complete on ACK
+    ack_delay: float = 0.02  # an ACK waits this long for a frame to ride on
+    ack_every: int = 32  # ... unless this many frames ...
+    ack_bytes: int = 1 << 20  # ... or bytes are unacknowledged
+    ack_window: int = 4 << 20  # copied-but-unacknowledged bytes after which the sender asks for an ACK
+    relay_chunk: int = 256 * 1024  # relayed streams travel in FORWARD frames of at most this many bytes
+
+    def __post_init__(self) -> None:
+        if self.channel not in CHANNELS:
+            raise ValueError(f"FMPI_CHANNEL must be one of {', '.join(CHANNELS)}, not {self.channel!r}")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name != "channel" and not value > 0:
+                raise ValueError(f"transport option {f.name} must be positive, not {value!r}")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> "TransportOptions":
+        """Defaults, then the FMPI_* variables that are set, then `overrides`."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for name, var in _ENV.items():
+            raw = env.get(var, "").strip()
+            if not raw:
+                continue
+            if name == "channel":
+                values[name] = raw.lower()
+                continue
+            try:
+                values[name] = float(raw)
+            except ValueError:
+                raise ValueError(f"{var} must be a number of seconds, not {raw!r}") from None
+        values.update(overrides)
+        return cls(**values)
+
+    def with_(self, **changes: Any) -> "TransportOptions":
+        return replace(self, **changes)

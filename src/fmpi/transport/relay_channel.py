@@ -1,0 +1,266 @@
+"""The rank's connection to fmpi-relay while the job runs: control frames, and relayed links.
+
+After the world is published, the rank's relay connection carries:
+
+* control frames both ways (JSON): aborts, job failures, a peer lost, a
+  FORWARD that could not be delivered, the rank's link reports and output;
+* FORWARD frames (binary): the byte streams of the pairs that go through
+  the relay. A relayed pair's fmpi frames are written exactly as on a TCP
+  link, then cut into chunks of at most ``chunk`` bytes, each prefixed with
+  the destination rank. The payload is never copied on the way out:
+  chunks are views of the user's buffers, written with ``sendmsg``.
+
+Writing follows the rules of a TCP link (``link.Outbox``-style): the calling
+thread writes while the queue is empty, the progress thread finishes the
+rest. Reading is done by the progress thread only.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import threading
+import time
+from collections import deque
+from typing import Any, Callable
+
+from ..relay.protocol import (
+    FORWARD_RANK,
+    HEADER_SIZE,
+    MAX_SERVER_FRAME,
+    Kind,
+    ProtocolError,
+    decode_body,
+    decode_header,
+    encode,
+    forward_header,
+)
+from .link import advance_parts
+
+READ_SIZE = 256 * 1024
+
+
+class RelayLost(Exception):
+    """The relay connection closed or broke."""
+
+
+class RelayChannel:
+    def __init__(
+        self,
+        sock: socket.socket,
+        *,
+        on_forward: Callable[[int, memoryview], None],
+        on_control: Callable[[Kind, dict[str, Any]], None],
+        leftover: bytes = b"",
+        chunk: int = 256 * 1024,
+    ) -> None:
+        self.sock = sock
+        sock.setblocking(False)
+        self._on_forward = on_forward
+        self._on_control = on_control
+        self._chunk = chunk
+        self._rbuf = bytearray(leftover)
+        self.wlock = threading.Lock()
+        self._queue: deque[tuple[list[memoryview], object | None]] = deque()
+        self.failed: OSError | None = None
+        self.bytes_in = 0
+        self.bytes_out = 0
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    # ------------------------------------------------------------------ read
+    def on_readable(self) -> None:
+        """Read and dispatch what arrived; raises RelayLost (or ProtocolError) when the relay is gone."""
+        while True:
+            try:
+                data = self.sock.recv(READ_SIZE)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                raise RelayLost(str(exc)) from None
+            if not data:
+                raise RelayLost("the relay closed the connection")
+            self.bytes_in += len(data)
+            self._rbuf += data
+            self._dispatch()
+            if len(data) < READ_SIZE:
+                return
+
+    def _dispatch(self) -> None:
+        buf = self._rbuf
+        pos, end = 0, len(buf)
+        with memoryview(buf) as view:
+            while end - pos >= HEADER_SIZE:
+                kind, length = decode_header(view, MAX_SERVER_FRAME, pos)
+                if end - pos - HEADER_SIZE < length:
+                    break
+                start = pos + HEADER_SIZE
+                pos = start + length
+                if kind is Kind.FORWARD:
+                    if length < FORWARD_RANK.size:
+                        raise ProtocolError("FORWARD frame without a rank")
+                    (src,) = FORWARD_RANK.unpack_from(view, start)
+                    with view[start + FORWARD_RANK.size : pos] as chunk:
+                        self._on_forward(src, chunk)
+                else:
+                    self._on_control(kind, decode_body(kind, bytes(view[start:pos])))
+        del buf[:pos]
+
+    # ----------------------------------------------------------------- write
+    def forward(self, dest: int, parts: list[memoryview], token: object | None) -> bool:
+        """Send one fmpi frame (header + payload parts) to rank `dest` through the relay.
+
+        Returns True when it all went to the kernel now; otherwise the rest
+        is queued and `token` comes back from ``flush`` once written.
+        """
+        frames = self._chunks(dest, parts)
+        with self.wlock:
+            return self._forward_frames(frames, token)
+
+    def forward_held(self, dest: int, parts: list[memoryview], token: object | None) -> bool:
+        """``forward`` for a caller that already holds ``wlock``."""
+        return self._forward_frames(self._chunks(dest, parts), token)
+
+    def _forward_frames(self, frames: list[list[memoryview]], token: object | None) -> bool:
+        written = True
+        for i, frame in enumerate(frames):
+            if not self._send_locked(frame, token if i == len(frames) - 1 else None):
+                written = False
+        return written
+
+    def _chunks(self, dest: int, parts: list[memoryview]) -> list[list[memoryview]]:
+        frames = []
+        total = sum(len(p) for p in parts)
+        while total > 0 or not frames:
+            n = min(total, self._chunk)
+            piece, parts = _take(parts, n)
+            frames.append([memoryview(forward_header(dest, n)), *piece])
+            total -= n
+        return frames
+
+    def send_control(self, kind: Kind, body: dict[str, Any] | None = None) -> bool:
+        with self.wlock:
+            return self._send_locked([memoryview(encode(kind, body))], None)
+
+    def flush(self) -> tuple[list[object], bool]:
+        """Progress-thread side: (tokens of frames now fully out, queue empty). Raises on a broken connection."""
+        done: list[object] = []
+        with self.wlock:
+            while self._queue:
+                parts, token = self._queue[0]
+                rest = self._write(parts)
+                if self.failed is not None:
+                    raise RelayLost(str(self.failed))
+                if rest:
+                    self._queue[0] = (rest, token)
+                    return done, False
+                self._queue.popleft()
+                if token is not None:
+                    done.append(token)
+            return done, True
+
+    def has_queued(self) -> bool:
+        return bool(self._queue)
+
+    def drain(self, timeout: float) -> bool:
+        """Block until everything queued is written (for use when no progress thread runs)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                _, empty = self.flush()
+            except RelayLost:
+                return False
+            if empty:
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            try:
+                select.select([], [self.sock], [], remaining)
+            except (OSError, ValueError):
+                return False
+
+    def close_gracefully(self, timeout: float = 2.0) -> None:
+        """After the last frame: flush, half-close, and wait (bounded) for the relay to close its side.
+
+        Closing with unread bytes in the receive queue would make the kernel
+        reset the connection, which could overtake our last frames.
+        """
+        deadline = time.monotonic() + timeout
+        try:
+            if self.drain(timeout):
+                self.sock.shutdown(socket.SHUT_WR)
+                while time.monotonic() < deadline:
+                    ready, _, _ = select.select([self.sock], [], [], max(0.0, deadline - time.monotonic()))
+                    if not ready:
+                        break
+                    try:
+                        if not self.sock.recv(READ_SIZE):
+                            break
+                    except (BlockingIOError, InterruptedError):
+                        continue
+        except (OSError, ValueError):
+            pass
+        finally:
+            self.sock.close()
+
+    def _send_locked(self, frame: list[memoryview], token: object | None) -> bool:
+        if not self._queue:
+            frame = self._write(frame)
+            if not frame:
+                return True
+        self._queue.append((frame, token))
+        return False
+
+    def _write(self, parts: list[memoryview]) -> list[memoryview]:
+        if self.failed is not None:
+            return parts
+        while parts:
+            try:
+                n = self.sock.sendmsg(parts)
+            except (BlockingIOError, InterruptedError):
+                return parts
+            except OSError as exc:
+                self.failed = exc
+                return parts
+            self.bytes_out += n
+            parts = advance_parts(parts, n)
+        return parts
+
+
+class RelayRoute:
+    """The relay as the carrier of one pair's stream (what ``Stream.attach`` takes)."""
+
+    __slots__ = ("channel", "dest")
+    kind = "relayed"
+
+    def __init__(self, channel: RelayChannel, dest: int) -> None:
+        self.channel = channel
+        self.dest = dest
+
+    @property
+    def wlock(self):
+        return self.channel.wlock
+
+    def write(self, parts: list[memoryview], token: object | None) -> bool:
+        return self.channel.forward(self.dest, parts, token)
+
+    def write_held(self, parts: list[memoryview], token: object | None) -> bool:
+        return self.channel.forward_held(self.dest, parts, token)
+
+
+def _take(parts: list[memoryview], n: int) -> tuple[list[memoryview], list[memoryview]]:
+    """Split off the first `n` bytes of `parts` (views, no copies)."""
+    taken: list[memoryview] = []
+    i = 0
+    while n > 0:
+        p = parts[i]
+        if len(p) <= n:
+            taken.append(p)
+            n -= len(p)
+            i += 1
+        else:
+            taken.append(p[:n])
+            return taken, [p[n:], *parts[i + 1 :]]
+    return taken, parts[i:]

@@ -1,0 +1,344 @@
+"""One pair's reliable, ordered frame stream, independent of what carries it.
+
+Each direction of a pair is numbered: every sequenced frame (DATA, MATCHED,
+BYE) takes the next ``seq``, and stays in ``unacked`` until the peer's
+cumulative acknowledgement covers it. The carrier under the stream (a TCP
+link, the relay) may change: when a link dies, the engine detaches it, the
+two sides exchange RESUME through the relay (each says what it holds), and
+``attach`` resends everything from that point on the new carrier. The
+receiver drops any sequenced frame whose seq it has seen, so a resent frame
+is never delivered twice, and nothing is lost or reordered.
+
+What is kept for resending (the trade-off):
+
+* a message of at most ``copy_limit`` bytes (256 KiB) is copied once, into
+  a recycled buffer; its send completes as soon as the frame is written, as
+  before (blocking sends keep their latency, windows of non-blocking sends
+  their overlap);
+* a larger message is *not* copied: the stream keeps a reference to the
+  user's buffer, and the send completes when the peer acknowledges it (the
+  frame asks for an immediate ACK). A blocking ``Send`` of a large message
+  thus returns one acknowledgement later, and no extra copy of large
+  payloads ever exists;
+* a synchronous send keeps its reference and completes on MATCHED, which
+  implies receipt.
+
+Acknowledgements ride in the ``ack`` field of every frame going the other
+way. A bare ACK goes out only when a frame asked for one, when
+``ack_every`` frames or ``ack_bytes`` are unacknowledged, or after
+``ack_delay`` without traffic to ride on (the engine decides, see
+``ack_due``).
+
+Locking: ``lock`` guards both directions' counters; the send side is called
+from any thread, the receive side only from the progress thread. Lock order:
+engine lock, then stream lock, then the carrier's write lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import Protocol
+
+from .frames import Flag, FrameError, Kind, pack_header
+from .requests import SendOp, TransportError
+
+# Plain ints on the hot path (IntFlag arithmetic costs a microsecond a time).
+_SYNC = int(Flag.SYNC)
+_ACK_NOW = int(Flag.ACK_NOW)
+
+
+_NOTHING: tuple[list[SendOp], bool] = ([], False)
+POOL_MIN = 4096  # copies below this are plain bytes
+
+
+class Carrier(Protocol):
+    wlock: threading.Lock
+
+    def write(self, parts: list[memoryview], token: object | None) -> bool:
+        """Write one frame; True when all of it went out now, False when part is queued."""
+
+    def write_held(self, parts: list[memoryview], token: object | None) -> bool:
+        """``write`` with ``wlock`` already held by the caller."""
+
+
+class Entry:
+    """A sequenced frame waiting for its acknowledgement."""
+
+    __slots__ = ("seq", "kind", "flags", "tag", "context", "parts", "nbytes", "op", "on_write", "copied")
+
+    def __init__(self, seq, kind, flags, tag, context, parts, nbytes, op, on_write, copied) -> None:
+        self.seq = seq
+        self.kind = kind
+        self.flags = flags
+        self.tag = tag
+        self.context = context
+        self.parts = parts
+        self.nbytes = nbytes
+        self.op: SendOp | None = op
+        self.on_write = on_write  # the op completes once the frame is written (else on ACK or MATCHED)
+        self.copied = copied
+
+
+class Stream:
+    def __init__(
+        self,
+        me: int,
+        peer: int,
+        *,
+        copy_limit: int = 256 * 1024,
+        ack_window: int = 4 << 20,
+        ack_every: int = 32,
+        ack_bytes: int = 1 << 20,
+    ) -> None:
+        self.me = me
+        self.peer = peer
+        self.lock = threading.Lock()
+        self._copy_limit = copy_limit
+        self._ack_window = ack_window
+        self._ack_every = ack_every
+        self._ack_bytes = ack_bytes
+        # send side
+        self.next_seq = 0
+        self.unacked: deque[Entry] = deque()
+        self.next_unsent = 0
+        self.carrier: Carrier | None = None
+        self.sync: dict[int, SendOp] = {}
+        self.failed: TransportError | None = None
+        self._copied_unacked = 0
+        self._acked_in = 0  # the highest acknowledgement seen from the peer
+        self._pool: dict[int, list[bytearray]] = {}  # recycled copy buffers by size (power of two)
+        self._pooled = 0
+        # receive side
+        self.recv_next = 0
+        self.acked_out = 0
+        self._rx_bytes = 0
+        self._ack_asap = False
+        self.ack_timer = False
+
+    # ================================================================ sending
+    def push(
+        self, kind: Kind, tag: int = 0, context: int = 0, parts: list[memoryview] | None = None,
+        nbytes: int = 0, op: SendOp | None = None, sync: bool = False,
+    ) -> tuple[Carrier | None, list[SendOp]]:
+        """Add a sequenced frame and write it if a carrier is attached.
+
+        Returns (a carrier that kept part of the frame queued, or None; the
+        ops completed by this call). A failed stream completes `op` with its
+        error at once.
+        """
+        parts = parts or []
+        with self.lock:
+            if self.failed is not None:
+                if op is not None:
+                    op.error = self.failed
+                    return None, [op]
+                return None, []
+            seq = self.next_seq
+            self.next_seq = seq + 1
+            flags = 0
+            on_write = False
+            copied = 0
+            if kind is Kind.DATA:
+                if sync:
+                    flags |= _SYNC
+                    self.sync[seq] = op
+                elif nbytes <= self._copy_limit:
+                    if nbytes:
+                        parts = [self._copy(parts, nbytes)]
+                        copied = nbytes
+                    on_write = True
+                else:
+                    flags |= _ACK_NOW
+            if copied:
+                self._copied_unacked += copied
+                if self._copied_unacked > self._ack_window:
+                    flags |= _ACK_NOW
+            entry = Entry(seq, kind, flags, tag, context, parts, nbytes, op, on_write, copied)
+            self.unacked.append(entry)
+            carrier = self.carrier
+            if carrier is None or self.next_unsent != seq:
+                return None, []
+            self.next_unsent = seq + 1
+            ack = self.recv_next
+            if ack > self.acked_out:
+                self.acked_out = ack
+                self._rx_bytes = 0
+                self._ack_asap = False
+            frame = [memoryview(pack_header(kind, flags, self.me, tag, context, seq, nbytes, ack)), *parts]
+            # Hand over hand: take the carrier's write lock before letting go of
+            # ours, so frames still go out in seq order, but acknowledgements
+            # (which need only our lock) are not held up by a long sendmsg.
+            wlock = carrier.wlock
+            wlock.acquire()
+        try:
+            written = carrier.write_held(frame, entry)
+        finally:
+            wlock.release()
+        if written:
+            return None, [op] if on_write and op is not None else []
+        return carrier, []
+
+    def control(self, kind: Kind) -> list[memoryview]:
+        """An unsequenced frame (RESUME, PUNCH) carrying our cumulative ack; the caller writes it."""
+        with self.lock:
+            return [memoryview(pack_header(kind, 0, self.me, 0, 0, 0, 0, self._take_ack()))]
+
+    def attach(self, carrier: Carrier, resume_from: int | None = None) -> tuple[Carrier | None, list[SendOp]]:
+        """Carry the stream on `carrier` from now on, writing every frame not yet sent on it.
+
+        `resume_from`: the peer holds all frames below it (its RESUME), so
+        resend from there; None for a first carrier (send what was held).
+        """
+        with self.lock:
+            done = self._drop_acked(resume_from) if resume_from is not None else []
+            start = self.next_unsent if resume_from is None else resume_from
+            self.carrier = carrier
+            queued = None
+            for entry in self.unacked:
+                if entry.seq < start:
+                    continue
+                if not carrier.write(self._frame(entry), entry):
+                    queued = carrier
+                elif entry.on_write and entry.op is not None:
+                    done.append(entry.op)
+            self.next_unsent = self.next_seq
+            return queued, done
+
+    def detach(self) -> None:
+        """Stop writing (the carrier died or is being replaced): frames are held until ``attach``."""
+        with self.lock:
+            self.carrier = None
+
+    def written(self, entry: Entry) -> SendOp | None:
+        """A carrier finished writing `entry`: the op to complete, if it completes on write."""
+        return entry.op if entry.on_write else None
+
+    def acknowledged(self, upto: int) -> tuple[list[SendOp], bool]:
+        """The peer holds every frame below `upto`: forget them.
+
+        Returns (ops completed by that, whether nothing is left unacknowledged
+        now after something was): the engine wakes finalize for the latter.
+        """
+        if upto <= self._acked_in:
+            return _NOTHING  # the same cumulative value again (it rides on every frame)
+        with self.lock:
+            self._acked_in = upto
+            before = len(self.unacked)
+            done = self._drop_acked(upto)
+            return done, before > 0 and not self.unacked
+
+    def fail(self, error: TransportError) -> list[SendOp]:
+        """No carrier will ever take this stream again: every op still waiting on it fails."""
+        with self.lock:
+            self.failed = error
+            self.carrier = None
+            ops = [e.op for e in self.unacked if e.op is not None]
+            ops += [op for op in self.sync.values() if op is not None]
+            self.unacked.clear()
+            self.sync.clear()
+            # (the engine, holding its lock, skips ops already completed on write)
+            return list({id(op): op for op in ops}.values())
+
+    def pending(self) -> bool:
+        """Frames not yet acknowledged (or not even sent)."""
+        return bool(self.unacked)
+
+    def take_sync(self, seq: int) -> SendOp | None:
+        with self.lock:
+            return self.sync.pop(seq, None)
+
+    def _drop_acked(self, upto: int) -> list[SendOp]:
+        upto = min(upto, self.next_seq)
+        done = []
+        unacked = self.unacked
+        while unacked and unacked[0].seq < upto:
+            entry = unacked.popleft()
+            if entry.copied:
+                self._copied_unacked -= entry.copied
+                self._recycle(entry.parts[0])
+            # (an op completed on write is usually done already: skip it cheaply)
+            if entry.op is not None and not entry.flags & _SYNC and not entry.op.done:
+                done.append(entry.op)
+        return done
+
+    def _copy(self, parts: list[memoryview], nbytes: int) -> memoryview:
+        """A private copy of a message, in a recycled buffer when it is not tiny.
+
+        Fresh allocations of this size are fresh pages from the kernel (page
+        faults on every copy); recycling the buffers of acknowledged copies
+        keeps a copy at memcpy speed. The pool never holds more than
+        ``ack_window`` bytes per peer.
+        """
+        if nbytes < POOL_MIN:
+            return memoryview(b"".join(parts))
+        size = 1 << (nbytes - 1).bit_length()
+        free = self._pool.get(size)
+        if free:
+            buf = free.pop()
+            self._pooled -= size
+        else:
+            buf = bytearray(size)
+        view = memoryview(buf)
+        pos = 0
+        for p in parts:
+            view[pos : pos + len(p)] = p
+            pos += len(p)
+        return view[:nbytes]
+
+    def _recycle(self, view: memoryview) -> None:
+        buf = view.obj
+        if isinstance(buf, bytearray) and self._pooled + len(buf) <= self._ack_window:
+            self._pool.setdefault(len(buf), []).append(buf)
+            self._pooled += len(buf)
+
+    def _frame(self, entry: Entry) -> list[memoryview]:
+        header = pack_header(entry.kind, entry.flags, self.me, entry.tag, entry.context, entry.seq, entry.nbytes, self._take_ack())
+        return [memoryview(header), *entry.parts]
+
+    def _take_ack(self) -> int:
+        ack = self.recv_next
+        if ack > self.acked_out:
+            self.acked_out = ack
+            self._rx_bytes = 0
+            self._ack_asap = False
+        return ack
+
+    # ============================================================== receiving
+    def check_seq(self, seq: int) -> bool:
+        """Progress thread: True for the next expected frame, False for a duplicate; raises on a gap."""
+        if seq == self.recv_next:
+            return True
+        if seq < self.recv_next:
+            return False
+        raise FrameError(f"rank {self.peer} skipped frames: got seq {seq}, expected {self.recv_next}")
+
+    # The receive side runs on the progress thread without the lock: only it
+    # advances recv_next; a sender that piggybacks an ACK meanwhile resets the
+    # counters below from a value read a moment earlier. The worst such a race
+    # does is one ACK sent late (the delayed-ACK timer still fires) or twice.
+
+    def received(self, nbytes: int, flags: int) -> None:
+        """Progress thread: the next sequenced frame arrived whole."""
+        self.recv_next += 1
+        self._rx_bytes += nbytes
+        if flags & _ACK_NOW:
+            self._ack_asap = True
+
+    def ack_due(self) -> str | None:
+        """"now", "later" (arm the delayed-ACK timer) or None (nothing unacknowledged)."""
+        pending = self.recv_next - self.acked_out
+        if pending <= 0:
+            return None
+        if self._ack_asap or pending >= self._ack_every or self._rx_bytes >= self._ack_bytes:
+            return "now"
+        return "later"
+
+    def send_ack(self) -> Carrier | None:
+        """Write a bare ACK on the current carrier; returns the carrier if it had to queue it."""
+        with self.lock:
+            carrier = self.carrier
+            if carrier is None or self.recv_next <= self.acked_out:
+                return None
+            header = pack_header(Kind.ACK, 0, self.me, 0, 0, 0, 0, self._take_ack())
+            return None if carrier.write([memoryview(header)], None) else carrier
