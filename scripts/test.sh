@@ -3,7 +3,8 @@
 #
 #   bash scripts/test.sh          the default suite (a few minutes)
 #   bash scripts/test.sh slow     only the slow stress/soak/fuzz stage
-#   bash scripts/test.sh all      both, one after the other (what CI runs)
+#   bash scripts/test.sh localstack  only the LocalStack stage (scripts/localstack-stage.sh)
+#   bash scripts/test.sh all      all three, one after the other (what CI runs)
 #   bash scripts/test.sh -- ARGS  the default suite with extra pytest arguments
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,6 +44,7 @@ run_pytest() {
 case "$stage" in
   default) run_pytest -q "$@" ;;
   slow) run_pytest -q -m slow "$@" ;;
-  all) run_pytest -q "$@" && run_pytest -q -m slow "$@" ;;
-  *) echo "usage: bash scripts/test.sh [default|slow|all] [-- pytest args]" >&2; exit 2 ;;
+  localstack) bash scripts/localstack-stage.sh "$@" ;;
+  all) run_pytest -q "$@" && run_pytest -q -m slow "$@" && bash scripts/localstack-stage.sh ;;
+  *) echo "usage: bash scripts/test.sh [default|slow|localstack|all] [-- pytest args]" >&2; exit 2 ;;
 esac

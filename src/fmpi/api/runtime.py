@@ -39,8 +39,13 @@ class _State:
 state = _State()
 
 
-def initialize() -> None:
-    """Join the job (or become a world of one). Idempotent."""
+def initialize(session: "RankSession | None" = None) -> None:
+    """Join the job (or become a world of one). Idempotent.
+
+    A caller that has joined already (the Lambda handler, which must handle a
+    refused join itself) passes its `session`; otherwise the rank joins from
+    the environment fmpirun set.
+    """
     from ..launcher.bootstrap import join
     from ..launcher.rankspec import RankSpec, SpecError
     from ..relay.client import RelayError
@@ -50,9 +55,9 @@ def initialize() -> None:
         if state.initialized:
             return
         try:
-            spec = RankSpec.from_env()
-            if spec is not None:
-                state.session = join(spec)
+            spec = RankSpec.from_env() if session is None else None
+            if session is not None or spec is not None:
+                state.session = session if session is not None else join(spec)
                 state.engine = state.session.engine
             else:
                 state.engine = Engine(0, 1, os.urandom(16), lambda _rank: [], None)
@@ -117,3 +122,22 @@ def wtick() -> float:
 
 def processor_name() -> str:
     return socket.gethostname()
+
+
+def reset_for_next_invocation() -> None:
+    """Forget this process's MPI state, so that the process can serve another rank of another job.
+
+    For the Lambda handler: a warm sandbox runs the next invocation in the same
+    process, and nothing of the previous job may leak into it. The handler
+    finalizes (or aborts) the rank first; a session still open here is abandoned.
+    """
+    with state.lock:
+        if state.engine is not None and not state.finalized:
+            state.engine.abandon()
+        state.session = None
+        state.engine = None
+        state.world = None
+        state.self_comm = None
+        state.initialized = False
+        state.finalized = False
+    atexit.unregister(finalize)

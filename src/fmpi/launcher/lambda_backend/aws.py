@@ -1,0 +1,134 @@
+"""boto3 sessions for the two AWS backends, and AWS errors as messages that name their cause.
+
+* ``lambda``: credentials and region from the usual boto3 chain (environment,
+  ``--profile`` / ``AWS_PROFILE``, ``~/.aws``, instance or container roles);
+  ``AWS_ENDPOINT_URL`` (or ``--endpoint-url``) redirects every call, which is
+  how the tests point it at moto.
+* ``localstack``: the same code against ``http://localhost:4566`` (or
+  ``AWS_ENDPOINT_URL`` / ``--endpoint-url``) with LocalStack's test
+  credentials and ``us-east-1`` unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+LOCALSTACK_ENDPOINT = "http://localhost:4566"
+LOCALSTACK_REGION = "us-east-1"
+
+
+class LambdaError(Exception):
+    """A step of a Lambda launch failed; the message names the cause and what to do about it."""
+
+
+@dataclass
+class Target:
+    backend: str  # "lambda" | "localstack"
+    session: Any  # boto3.Session
+    region: str
+    endpoint_url: str | None  # None: AWS itself (or AWS_ENDPOINT_URL, which boto3 reads)
+
+    def client(self, service: str, *, workers: int = 10, read_timeout: float = 70.0) -> Any:
+        from botocore.config import Config
+
+        config = Config(
+            retries={"mode": "standard", "max_attempts": 5},
+            max_pool_connections=workers,
+            connect_timeout=10,
+            read_timeout=read_timeout,
+        )
+        return self.session.client(service, endpoint_url=self.endpoint_url, config=config)
+
+    @property
+    def custom_endpoint(self) -> str | None:
+        """The endpoint used instead of AWS's own (an emulator, usually), if any."""
+        return self.endpoint_url or os.environ.get("AWS_ENDPOINT_URL_LAMBDA") or os.environ.get("AWS_ENDPOINT_URL")
+
+    @property
+    def where(self) -> str:
+        endpoint = self.custom_endpoint
+        return f"{self.region} at {endpoint}" if endpoint else self.region
+
+
+def connect(backend: str, region: str | None, profile: str | None, endpoint_url: str | None) -> Target:
+    """A session for `backend`, with its credentials and region checked before any API call."""
+    try:
+        import boto3
+        import botocore.exceptions
+    except ImportError:
+        raise LambdaError("the Lambda backends need boto3: pip install 'fmpi[aws]'") from None
+
+    if backend == "localstack":
+        endpoint_url = endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or LOCALSTACK_ENDPOINT
+        region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or LOCALSTACK_REGION
+        session = boto3.Session(aws_access_key_id="test", aws_secret_access_key="test", region_name=region)
+    else:
+        try:
+            session = boto3.Session(profile_name=profile, region_name=region)
+        except botocore.exceptions.ProfileNotFound:
+            raise LambdaError(f"AWS profile {profile!r} not found (looked in ~/.aws/config and ~/.aws/credentials)") from None
+        region = session.region_name
+        if not region:
+            raise LambdaError(
+                "no AWS region: pass --region (e.g. --region us-east-1), set AWS_REGION, or set a region in your AWS profile"
+            )
+        try:
+            credentials = session.get_credentials()
+        except botocore.exceptions.BotoCoreError as exc:
+            raise LambdaError(f"cannot load AWS credentials: {exc}") from None
+        if credentials is None:
+            raise LambdaError(
+                "no AWS credentials found (environment, --profile/AWS_PROFILE, ~/.aws/credentials, instance or "
+                "container role): run `aws configure`, set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or pass "
+                "--profile. For LocalStack use --backend localstack."
+            )
+    _check_region(session, region)
+    return Target(backend, session, region, endpoint_url)
+
+
+def _check_region(session: Any, region: str) -> None:
+    known: set[str] = set()
+    for partition in session.get_available_partitions():
+        known.update(session.get_available_regions("lambda", partition_name=partition))
+    if known and region not in known:
+        close = sorted(r for r in known if r.split("-")[0] == region.split("-")[0])[:6]
+        hint = f" (regions like it: {', '.join(close)})" if close else ""
+        raise LambdaError(f"unknown AWS region {region!r}: Lambda is not offered there{hint}; check --region / AWS_REGION")
+
+
+def explain(exc: BaseException, action: str) -> str:
+    """One line saying why `action` failed and what to do, for the errors people actually hit."""
+    import botocore.exceptions as bx
+
+    if isinstance(exc, bx.NoCredentialsError):
+        return f"cannot {action}: no AWS credentials (run `aws configure`, or pass --profile)"
+    if isinstance(exc, bx.EndpointConnectionError):
+        return (
+            f"cannot {action}: cannot reach {exc.kwargs.get('endpoint_url')}: check --region, your network, "
+            "or (for --backend localstack) that LocalStack is running"
+        )
+    if isinstance(exc, (bx.ConnectTimeoutError, bx.ReadTimeoutError)):
+        return f"cannot {action}: the AWS endpoint timed out ({exc})"
+    if isinstance(exc, bx.ClientError):
+        error = exc.response.get("Error", {})
+        code, message = error.get("Code", "?"), error.get("Message", str(exc))
+        if code in (
+            "UnrecognizedClientException", "InvalidClientTokenId", "InvalidSignatureException",
+            "SignatureDoesNotMatch", "ExpiredToken", "ExpiredTokenException", "AuthFailure",
+        ):
+            return f"cannot {action}: AWS rejected the credentials ({code}: {message}); refresh them or pick another --profile"
+        if code in ("AccessDeniedException", "AccessDenied"):
+            return f"cannot {action}: access denied ({message}); the identity running fmpirun needs the permissions in docs/lambda.md"
+        if code == "InvalidParameterValueException" and "role" in message.lower():
+            return (
+                f"cannot {action}: {message} The execution role must exist and trust lambda.amazonaws.com "
+                "(docs/lambda.md shows how to create it); pass it with --role"
+            )
+        if code in ("RequestEntityTooLargeException", "CodeStorageExceededException"):
+            return f"cannot {action}: the function is too large ({code}: {message})"
+        if code == "TooManyRequestsException":
+            return f"cannot {action}: throttled by Lambda ({message}); the account's concurrency or request rate is exhausted"
+        return f"cannot {action}: {code}: {message}"
+    return f"cannot {action}: {type(exc).__name__}: {exc}"

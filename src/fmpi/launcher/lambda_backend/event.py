@@ -1,0 +1,168 @@
+"""The event that starts one rank on Lambda: a ``RankSpec`` plus what to run and until when.
+
+    {"fmpi": 1,
+     "job": ..., "rank": 3, "size": 8, "relay": "tcp://...", "token": ...,   # the RankSpec
+     "incarnation": ..., "fill_timeout": 60.0,
+     "deadline": 1767225600.0,          # epoch seconds: the world must be full by then
+     "program": {"script": "train.py", "args": ["--epochs", "3"]},   # or {"module": "pkg.main", ...}
+     "fanout": {"ranks": [0, 64], "arity": 8}}                      # optional: invoke ranks 1..63 too
+
+The launcher builds it (``RankEvent.to_event``), the handler validates it
+(``RankEvent.from_event``): anything malformed raises ``EventError`` with one
+message naming the field, before any I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import posixpath
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..rankspec import RankSpec, SpecError
+
+EVENT_VERSION = 1
+CODE_DIR = "app"  # the program's directory inside the deployment zip
+# Rank -> launcher progress reports ride on OUTPUT frames of this stream name.
+STATUS_STREAM = "fmpi.status"
+
+
+class EventError(ValueError):
+    """A rank event that cannot be served (missing or invalid field)."""
+
+
+@dataclass(frozen=True)
+class Program:
+    """What a rank runs: a script (path inside the bundle's code directory) or a module, with its arguments."""
+
+    script: str | None = None
+    module: str | None = None
+    args: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if (self.script is None) == (self.module is None):
+            raise EventError("program needs exactly one of 'script' and 'module'")
+        if self.script is not None:
+            norm = posixpath.normpath(self.script)
+            if not self.script or posixpath.isabs(norm) or norm.startswith(".."):
+                raise EventError(f"program script must be a relative path inside the code directory, not {self.script!r}")
+        if self.module is not None and not all(part.isidentifier() for part in self.module.split(".")):
+            raise EventError(f"program module {self.module!r} is not a module name")
+
+    @property
+    def argv(self) -> list[str]:
+        """sys.argv for the program (argv[0] as `python script.py` / `python -m module` would set it)."""
+        return [self.script or self.module or "", *self.args]
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"args": list(self.args)}
+        if self.script is not None:
+            body["script"] = self.script
+        else:
+            body["module"] = self.module
+        return body
+
+    @classmethod
+    def from_json(cls, raw: Any) -> Program:
+        if not isinstance(raw, Mapping):
+            raise EventError("rank event lacks 'program' (an object with 'script' or 'module', and 'args')")
+        args = raw.get("args", [])
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            raise EventError("program 'args' must be a list of strings")
+        script, module = raw.get("script"), raw.get("module")
+        if script is not None and not isinstance(script, str) or module is not None and not isinstance(module, str):
+            raise EventError("program 'script' and 'module' must be strings")
+        return cls(script=script, module=module, args=tuple(args))
+
+
+@dataclass(frozen=True)
+class Fanout:
+    """Ranks ``lo..hi-1`` are this rank's subtree of the invocation tree; this rank is ``lo``."""
+
+    lo: int
+    hi: int
+    arity: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.lo < self.hi:
+            raise EventError(f"fanout range [{self.lo}, {self.hi}) is empty or negative")
+        if self.arity < 1:
+            raise EventError(f"fanout arity must be at least 1, not {self.arity}")
+
+    def children(self) -> list[Fanout]:
+        """Split the rest of the subtree (lo+1..hi-1) into at most `arity` contiguous subtrees."""
+        return split(self.lo + 1, self.hi, self.arity)
+
+
+def split(lo: int, hi: int, arity: int) -> list[Fanout]:
+    """Ranks lo..hi-1 as at most `arity` contiguous subtrees of nearly equal size."""
+    n = hi - lo
+    if n <= 0:
+        return []
+    parts = min(arity, n)
+    step = n / parts
+    bounds = [lo + math.floor(i * step) for i in range(parts)] + [hi]
+    return [Fanout(bounds[i], bounds[i + 1], arity) for i in range(parts)]
+
+
+@dataclass(frozen=True)
+class RankEvent:
+    spec: RankSpec
+    program: Program
+    deadline: float  # epoch seconds by which the world must be full
+    fanout: Fanout | None = None
+
+    def __post_init__(self) -> None:
+        if self.fanout is not None:
+            if self.fanout.lo != self.spec.rank:
+                raise EventError(f"fanout range starts at {self.fanout.lo}, but this is rank {self.spec.rank}")
+            if self.fanout.hi > self.spec.size:
+                raise EventError(f"fanout range ends at {self.fanout.hi}, beyond the world of {self.spec.size}")
+
+    def to_event(self) -> dict[str, Any]:
+        event: dict[str, Any] = {"fmpi": EVENT_VERSION, **self.spec.to_event()}
+        event["deadline"] = self.deadline
+        event["program"] = self.program.to_json()
+        if self.fanout is not None:
+            event["fanout"] = {"ranks": [self.fanout.lo, self.fanout.hi], "arity": self.fanout.arity}
+        return event
+
+    def for_subtree(self, sub: Fanout) -> RankEvent:
+        """The event of the rank heading subtree `sub` (a fresh incarnation: a new invocation)."""
+        spec = dataclasses.replace(self.spec, rank=sub.lo, incarnation=uuid.uuid4().hex)
+        return RankEvent(spec, self.program, self.deadline, sub if sub.hi - sub.lo > 1 else None)
+
+    @classmethod
+    def from_event(cls, event: Any) -> RankEvent:
+        if not isinstance(event, Mapping):
+            raise EventError(f"the event must be a JSON object, not {type(event).__name__}")
+        version = event.get("fmpi")
+        if version != EVENT_VERSION:
+            raise EventError(
+                f"not an fmpi rank event (field 'fmpi' is {version!r}, expected {EVENT_VERSION}); "
+                "rank events come from fmpirun --backend lambda"
+            )
+        if event.get("rank") is not None and isinstance(event.get("rank"), bool):
+            raise EventError("rank must be an integer")
+        try:
+            spec = RankSpec.from_mapping(event, "event")
+        except SpecError as exc:
+            raise EventError(str(exc)) from None
+        if spec.rank < 0:
+            raise EventError("a Lambda rank event must name its rank slot (rank >= 0)")
+        deadline = event.get("deadline")
+        if not isinstance(deadline, (int, float)) or isinstance(deadline, bool) or not math.isfinite(deadline):
+            raise EventError("rank event lacks 'deadline' (epoch seconds by which the world must be full)")
+        program = Program.from_json(event.get("program"))
+        fanout = None
+        raw = event.get("fanout")
+        if raw is not None:
+            try:
+                lo, hi = raw["ranks"]
+                fanout = Fanout(int(lo), int(hi), int(raw.get("arity", 2)))
+            except (TypeError, ValueError, KeyError):
+                raise EventError("fanout must be {'ranks': [lo, hi], 'arity': k}") from None
+        return cls(spec, program, float(deadline), fanout)

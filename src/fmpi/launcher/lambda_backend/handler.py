@@ -1,0 +1,422 @@
+"""The Lambda function's entry point: one invocation is one rank.
+
+``handler(event, context)``:
+
+1. validates the event (``RankEvent.from_event``); a malformed event ends
+   the invocation with one clean function error, ``InvalidRankEvent``;
+2. logs with aws-lambda-powertools (job id and rank on every line);
+3. invokes its subtree of the invocation tree, if it heads one;
+4. joins the job through the same bootstrap every rank uses;
+5. runs the program as ``__main__`` with ``sys.argv`` set, its stdout and
+   stderr forwarded to the launcher through the relay as they are written;
+6. finalizes (or, if the program raised, aborts the job: the traceback has
+   already reached the launcher) and returns a summary: status, exit status,
+   timings, bytes moved.
+
+A warm sandbox serves the next invocation in the same process, so nothing of
+this one may leak into it: the program gets a fresh ``__main__``, its modules
+are dropped from ``sys.modules``, ``sys.argv``/``sys.path``/cwd/environment
+are restored, and fmpi's MPI state is reset.
+
+A watchdog aborts the job shortly before the function's timeout would kill
+this rank, with a reason that says so, so the launcher need not guess.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import runpy
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from ...relay.client import RelayError
+from ...relay.protocol import Kind
+from .. import bootstrap
+from .event import CODE_DIR, EVENT_VERSION, STATUS_STREAM, EventError, Fanout, RankEvent
+from .output import ForwardedOutput
+
+HANDLER = "fmpi.launcher.lambda_backend.handler.handler"
+BUNDLE_ROOT = Path(__file__).resolve().parents[3]  # the directory holding the fmpi package (the task root)
+SHIM_DIR = str(Path(__file__).resolve().parents[1] / "shim")  # `from mpi4py import MPI` -> fmpi.MPI
+WATCHDOG_MARGIN = 1.0  # seconds before the function timeout at which the rank aborts the job
+FANOUT_WORKERS = 8
+
+_logger: Any = None
+
+
+class InvalidRankEvent(Exception):
+    """The invocation's event is not a valid fmpi rank event (this is the function error's type)."""
+
+
+def handler(event: Any, context: Any) -> dict[str, Any]:
+    log = _get_logger()
+    if isinstance(event, dict) and event.get("fmpi") == EVENT_VERSION and event.get("ping"):
+        return _pong()
+    try:
+        request = RankEvent.from_event(event)
+        script = request.program.script
+        if script is not None and not (BUNDLE_ROOT / CODE_DIR / script).is_file():
+            raise EventError(f"program script {script!r} is not in the deployed code (redeploy with fmpirun)")
+    except EventError as exc:
+        log.error(f"invalid rank event: {exc}")
+        raise InvalidRankEvent(str(exc)) from None
+    keys = {
+        "job": request.spec.job,
+        "rank": request.spec.rank,
+        "incarnation": request.spec.incarnation,
+        "request_id": getattr(context, "aws_request_id", None),
+    }
+    log.append_keys(**keys)
+    try:
+        return _Rank(request, context, log).run()
+    finally:
+        log.remove_keys(list(keys))
+
+
+# --------------------------------------------------------------------------- one rank
+
+
+class _Rank:
+    def __init__(self, request: RankEvent, context: Any, log: Any) -> None:
+        self.request = request
+        self.context = context
+        self.log = log
+        self.started = time.time()
+        self.rank = request.spec.rank
+        self.timings: dict[str, float] = {}
+        self.children: dict[str, Any] = {}
+        # The time this invocation has in all: about the function's timeout.
+        self.limit = context.get_remaining_time_in_millis() / 1000.0 if context is not None else math.inf
+
+    def summary(self, status: str, **extra: Any) -> dict[str, Any]:
+        self.timings["total"] = round(time.time() - self.started, 6)
+        return {
+            "job": self.request.spec.job,
+            "rank": self.rank,
+            "size": self.request.spec.size,
+            "status": status,
+            "timings": self.timings,
+            **({"fanout": self.children} if self.children else {}),
+            **extra,
+        }
+
+    def run(self) -> dict[str, Any]:
+        request = self.request
+        self.log.info("rank invoked")
+        fanout_thread = None
+        if request.fanout is not None:
+            fanout_thread = threading.Thread(target=self._invoke_subtree, args=(request.fanout,), name="fmpi-fanout")
+            fanout_thread.start()
+        remaining = request.deadline - time.time()
+        if remaining <= 0:
+            self.log.warning(f"invoked {-remaining:.1f} s after the job's deadline for the world to fill: not joining")
+            self._join_thread(fanout_thread)
+            return self.summary("expired", exit_status=None)
+        spec = dataclasses.replace(request.spec, fill_timeout=max(0.1, remaining))
+        try:
+            session = bootstrap.join(spec)
+        except RelayError as exc:
+            self._join_thread(fanout_thread)
+            if exc.code == "duplicate":
+                self.log.warning(f"duplicate invocation refused at rendezvous: {exc}")
+                return self.summary("duplicate", exit_status=None, message=str(exc))
+            self.log.error(f"could not join the job: {exc}")
+            return self.summary("not_joined", exit_status=None, message=str(exc), code=exc.code)
+        self.timings["join"] = round(time.time() - self.started, 6)
+        self._join_thread(fanout_thread)
+        self.log.info("joined the job", extra={"world_size": session.size})
+        with _ProcessState(request):
+            try:
+                return self._run_joined(session)
+            except BaseException as exc:
+                _end_session(session, 1, abort_reason=f"rank {self.rank}: the fmpi handler failed: {exc!r}")
+                raise
+
+    # ------------------------------------------------------------ program
+    def _run_joined(self, session: bootstrap.RankSession) -> dict[str, Any]:
+        def send(stream: str, data: str) -> None:
+            session.send_to_relay(Kind.OUTPUT, {"stream": stream, "data": data})
+
+        _initialize_mpi(session)
+        status = {"linked": 1}
+        if self.children:
+            status["invoked"] = self.children.get("invoked", 0)
+        _quiet(send, STATUS_STREAM, json.dumps(status))
+        error: BaseException | None = None
+        with ForwardedOutput(send) as out:
+            watchdog = _Watchdog(self.context, lambda: self._timeout_abort(session, out))
+            watchdog.start()
+            t_run = time.time()
+            try:
+                code, error = _run_program(self.request.program)
+            finally:
+                watchdog.stop()
+                self.timings["run"] = round(time.time() - t_run, 6)
+                out.flush()
+        moved = _bytes_moved(session)
+        links = _quiet(getattr(session.engine, "link_stats", session.engine.link_summary))
+        if error is not None:
+            reason = f"uncaught {type(error).__name__} on rank {self.rank}: {error}"
+            self.log.error(f"the program raised: {reason}")
+            _end_session(session, code, abort_reason=reason)
+        else:
+            self.log.info("program finished", extra={"exit_status": code})
+            _end_session(session, code)
+        return self.summary("finished", exit_status=code, bytes=moved, links=links)
+
+    def _timeout_abort(self, session: bootstrap.RankSession, out: ForwardedOutput) -> None:
+        limit = self.limit
+        reason = f"rank {self.rank} reached the function timeout ({limit:.0f} s) and was stopped"
+        print(
+            f"fmpi: rank {self.rank}: the function timeout ({limit:.0f} s; set with fmpirun --timeout, "
+            "at most 900 s on Lambda) is about to end this invocation; aborting the job",
+            file=sys.stderr,
+        )
+        self.log.error(reason)
+        out.flush()
+        session.abort(1, reason)  # does not return
+
+    # ------------------------------------------------------------ fan-out
+    def _invoke_subtree(self, fanout: Fanout) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        t0 = time.time()
+        children = fanout.children()
+        failed: dict[str, str] = {}
+        try:
+            import boto3
+            from botocore.config import Config
+
+            client = boto3.client("lambda", config=Config(max_pool_connections=FANOUT_WORKERS, retries={"mode": "standard"}))
+            target = self.context.invoked_function_arn
+
+            def invoke(sub: Fanout) -> None:
+                payload = json.dumps(self.request.for_subtree(sub).to_event())
+                try:
+                    client.invoke(FunctionName=target, InvocationType="Event", Payload=payload)
+                except Exception as exc:  # noqa: BLE001 - reported, and the launcher names the missing ranks
+                    failed[f"{sub.lo}-{sub.hi - 1}"] = str(exc)
+
+            with ThreadPoolExecutor(min(FANOUT_WORKERS, len(children)) or 1) as pool:
+                list(pool.map(invoke, children))
+        except Exception as exc:  # noqa: BLE001 - e.g. no boto3: every child is missing
+            failed = {f"{c.lo}-{c.hi - 1}": f"{type(exc).__name__}: {exc}" for c in children}
+        self.children = {"invoked": len(children) - len(failed), "seconds": round(time.time() - t0, 6)}
+        if failed:
+            self.children["failed"] = failed
+            self.log.error(f"could not invoke part of the invocation tree: {failed}")
+
+    @staticmethod
+    def _join_thread(thread: threading.Thread | None) -> None:
+        if thread is not None:
+            thread.join(timeout=60)
+
+
+def _run_program(program) -> tuple[int, BaseException | None]:
+    """Run the program as __main__; returns (exit status, the exception it raised or None)."""
+    try:
+        if program.script is not None:
+            runpy.run_path(str(BUNDLE_ROOT / CODE_DIR / program.script), run_name="__main__")
+        else:
+            runpy.run_module(program.module, run_name="__main__", alter_sys=True)
+        return 0, None
+    except SystemExit as exc:
+        if exc.code is None:
+            return 0, None
+        if isinstance(exc.code, int):
+            return exc.code, None
+        print(exc.code, file=sys.stderr)
+        return 1, None
+    except BaseException as exc:  # noqa: BLE001 - the program's failure, reported like Python would
+        tb = exc.__traceback__
+        while tb is not None and _is_ours(tb.tb_frame.f_code.co_filename):
+            tb = tb.tb_next
+        traceback.print_exception(type(exc), exc, tb)
+        return 1, exc
+
+
+def _is_ours(filename: str) -> bool:
+    return filename == __file__ or os.path.basename(filename) == "runpy.py" or filename.startswith("<frozen runpy")
+
+
+class _Watchdog:
+    def __init__(self, context: Any, fire) -> None:
+        self._context = context
+        self._fire = fire
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fmpi-timeout-watchdog", daemon=True)
+
+    def start(self) -> None:
+        if self._context is not None:
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        remaining = self._context.get_remaining_time_in_millis() / 1000.0
+        margin = min(WATCHDOG_MARGIN, 0.2 * remaining)
+        if not self._stop.wait(max(0.0, remaining - margin)):
+            self._fire()
+
+
+# ----------------------------------------------------------------- process state
+
+
+class _ProcessState:
+    """Save what a program can change in this process, restore it after, and forget the program's modules."""
+
+    def __init__(self, request: RankEvent) -> None:
+        self.request = request
+        self.code_dir = BUNDLE_ROOT / CODE_DIR
+
+    def __enter__(self) -> _ProcessState:
+        self.argv = sys.argv[:]
+        self.path = sys.path[:]
+        self.cwd = os.getcwd()
+        self.environ = dict(os.environ)
+        self.excepthook = sys.excepthook
+        program = self.request.program
+        first = str(self.code_dir)
+        if program.script is not None:
+            first = str((self.code_dir / program.script).parent)
+        sys.argv = program.argv
+        sys.path[0:0] = [first, SHIM_DIR] if first == str(self.code_dir) else [first, str(self.code_dir), SHIM_DIR]
+        if self.code_dir.is_dir():
+            os.chdir(self.code_dir)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from ...api import runtime
+
+        runtime.reset_for_next_invocation()
+        _forget_modules(self.code_dir)
+        sys.argv = self.argv
+        sys.path[:] = self.path
+        sys.excepthook = self.excepthook
+        try:
+            os.chdir(self.cwd)
+        except OSError:
+            pass
+        os.environ.clear()
+        os.environ.update(self.environ)
+
+
+def _forget_modules(code_dir: Path) -> None:
+    """Drop the program's modules and the MPI facade (it caches COMM_WORLD), so the next run imports them afresh."""
+    prefix = str(code_dir) + os.sep
+    for name, module in list(sys.modules.items()):
+        where = getattr(module, "__file__", None) or next(iter(getattr(module, "__path__", []) or []), None)
+        if name in ("fmpi.MPI", "mpi4py") or name.startswith("mpi4py.") or (where and str(where).startswith(prefix)):
+            del sys.modules[name]
+    fmpi_pkg = sys.modules.get("fmpi")
+    if fmpi_pkg is not None and "MPI" in vars(fmpi_pkg):
+        delattr(fmpi_pkg, "MPI")  # else `from fmpi import MPI` returns the stale module
+
+
+# ---------------------------------------------------------------------- MPI state
+
+
+def _initialize_mpi(session: bootstrap.RankSession) -> None:
+    """Make `session` (joined by the handler, so it could handle a refused join) this process's MPI world."""
+    from ...api import runtime
+
+    runtime.initialize(session)
+
+
+def _end_session(session: bootstrap.RankSession, code: int, abort_reason: str | None = None) -> None:
+    """Finalize this rank (unless the program did); with `abort_reason`, abort the job first."""
+    from ...api import runtime
+    from ...transport.requests import TransportError
+
+    with runtime.state.lock:
+        done, runtime.state.finalized = runtime.state.finalized, True
+    if done:
+        return
+    if abort_reason is not None:
+        # Stop the progress thread first: the relay echoes the abort to every
+        # rank, and the bootstrap answers an abort by ending the process.
+        session.engine.fail(TransportError(abort_reason, "ERR_ABORTED"))
+        session.engine.abandon()
+        _quiet(session.send_to_relay, Kind.ABORT, {"code": code, "reason": abort_reason})
+    session.finalize(code)
+
+
+def _bytes_moved(session: bootstrap.RankSession) -> dict[str, int] | None:
+    engine = session.engine
+    try:
+        if hasattr(engine, "traffic"):
+            return dict(engine.traffic())  # links and the relay connection
+        links = [p.link for p in list(engine._peers.values()) if p.link is not None]  # older engines
+        return {"sent": sum(link.bytes_out for link in links), "received": sum(link.bytes_in for link in links)}
+    except Exception:  # noqa: BLE001 - a summary without byte counts is still a summary
+        return None
+
+
+# ------------------------------------------------------------------------ helpers
+
+
+def _quiet(fn, *args):
+    try:
+        return fn(*args)
+    except Exception:  # noqa: BLE001 - reporting must never fail a rank
+        return None
+
+
+def _pong() -> dict[str, Any]:
+    """The launcher's check, right after a deployment, that the bundle imports in the real runtime."""
+    from ... import __version__
+
+    answer: dict[str, Any] = {"fmpi": __version__, "python": sys.version.split()[0]}
+    try:
+        import numpy
+
+        answer["numpy"] = numpy.__version__
+    except Exception as exc:  # noqa: BLE001
+        answer["numpy_error"] = f"{type(exc).__name__}: {exc}"
+    return answer
+
+
+def _get_logger() -> Any:
+    global _logger
+    if _logger is None:
+        try:
+            from aws_lambda_powertools import Logger
+
+            _logger = Logger(service="fmpi-rank", stream=sys.stdout)
+        except ImportError:  # not bundled: plain JSON lines with the same keys
+            _logger = _FallbackLogger()
+    return _logger
+
+
+class _FallbackLogger:
+    def __init__(self) -> None:
+        self._keys: dict[str, Any] = {}
+        self._log = logging.getLogger("fmpi-rank")
+
+    def append_keys(self, **keys: Any) -> None:
+        self._keys.update(keys)
+
+    def remove_keys(self, names: list[str]) -> None:
+        for name in names:
+            self._keys.pop(name, None)
+
+    def _emit(self, level: str, message: str, extra: dict | None = None) -> None:
+        print(json.dumps({"level": level, "message": message, "service": "fmpi-rank", **self._keys, **(extra or {})}), file=sys.stdout)
+
+    def info(self, message: str, extra: dict | None = None) -> None:
+        self._emit("INFO", message, extra)
+
+    def warning(self, message: str, extra: dict | None = None) -> None:
+        self._emit("WARNING", message, extra)
+
+    def error(self, message: str, extra: dict | None = None) -> None:
+        self._emit("ERROR", message, extra)

@@ -1,0 +1,286 @@
+"""The deployment zip: fmpi, the dependencies the runtime lacks, and the program's directory.
+
+Layout (the zip's root is the function's task root, ``/var/task``)::
+
+    fmpi/...                 this fmpi (the handler is fmpi.launcher.lambda_backend.handler.handler)
+    numpy/..., aws_lambda_powertools/..., ...   dependencies copied from this environment
+    app/...                  the program's directory (or --code DIR)
+    fmpi_bundle.json         what went in
+
+The zip is deterministic (sorted entries, fixed timestamps and modes), so the
+same files give the same bytes and the same ``CodeSha256``: deploying
+unchanged code is a no-op. Built zips are cached by a hash of their content
+under ``$FMPI_CACHE_DIR`` (default ``~/.cache/fmpi``)/lambda.
+
+Dependencies are copied from the environment fmpirun runs in, so they must
+suit the Lambda runtime (Linux, same Python version and architecture; for
+binary wheels, a glibc no newer than the runtime's). ``--no-bundle-deps``
+leaves them out, for when a layer (``--layers``) provides them.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import platform
+import re
+import stat
+import sys
+import zipfile
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+from .event import CODE_DIR
+
+ZIP_LIMIT = 50 * 1024 * 1024  # bytes: Lambda's limit for a zip uploaded with the API call
+UNZIPPED_LIMIT = 250 * 1024 * 1024  # bytes: Lambda's limit for the unzipped function and its layers
+VENDORED = ("numpy", "aws-lambda-powertools")  # what the rank needs that the runtime does not have
+RUNTIME_PROVIDED = frozenset(
+    {"boto3", "botocore", "s3transfer", "jmespath", "python-dateutil", "six", "urllib3", "awslambdaric", "simplejson"}
+)
+SKIPPED_DIRS = frozenset(
+    {".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".nox", ".mypy_cache", ".pytest_cache",
+     ".ruff_cache", "node_modules", ".idea", ".vscode", ".ipynb_checkpoints"}
+)
+CACHE_KEEP = 8  # zips kept in the cache
+ZIP_TIME = (1980, 1, 1, 0, 0, 0)
+# glibc of the Lambda Python runtimes: python3.9-3.11 run on Amazon Linux 2, later ones on AL2023.
+RUNTIME_GLIBC = {"python3.9": (2, 26), "python3.10": (2, 26), "python3.11": (2, 26)}
+DEFAULT_GLIBC = (2, 34)
+
+
+class PackagingError(Exception):
+    """The deployment package cannot be built, or Lambda would refuse it."""
+
+
+@dataclass
+class Bundle:
+    path: Path  # the zip, in the cache
+    digest: str  # hash of the content (the cache key)
+    code_sha256: str  # base64 SHA-256 of the zip's bytes: Lambda's CodeSha256
+    zipped_size: int
+    unzipped_size: int
+    files: int
+    cached: bool  # taken from the cache, not built now
+    warnings: list[str] = field(default_factory=list)
+
+    def read(self) -> bytes:
+        return self.path.read_bytes()
+
+
+def lambda_runtime() -> str:
+    """The Lambda runtime matching this interpreter (its dependencies are copied into the zip)."""
+    return f"python{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def lambda_architecture() -> str:
+    machine = platform.machine().lower()
+    return "arm64" if machine in ("aarch64", "arm64") else "x86_64"
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("FMPI_CACHE_DIR") or Path.home() / ".cache" / "fmpi")
+
+
+def build_bundle(code_dir: Path, *, vendor: bool = True, cache_dir: Path | None = None) -> Bundle:
+    """The deployment zip for the program in `code_dir` (built, or taken from the cache)."""
+    code_dir = Path(code_dir).resolve()
+    if not code_dir.is_dir():
+        raise PackagingError(f"code directory not found: {code_dir}")
+    entries: dict[str, Path] = {}
+    warnings: list[str] = []
+    _add_tree(entries, _fmpi_dir(), "fmpi")
+    vendored: dict[str, str] = {}
+    if vendor:
+        for dist in _closure(VENDORED):
+            warnings += _platform_warnings(dist)
+            vendored[_canonical(dist.metadata["Name"])] = dist.version
+            _add_distribution(entries, dist)
+    _add_tree(entries, code_dir, CODE_DIR)
+    manifest = json.dumps(
+        {"fmpi": _fmpi_version(), "runtime": lambda_runtime(), "code_dir": code_dir.name, "vendored": vendored},
+        sort_keys=True,
+    ).encode()
+
+    unzipped = sum(p.stat().st_size for p in entries.values()) + len(manifest)
+    if unzipped > UNZIPPED_LIMIT:
+        biggest = sorted(entries.items(), key=lambda kv: kv[1].stat().st_size, reverse=True)[:3]
+        raise PackagingError(
+            f"the function is too large: {_mb(unzipped)} unzipped, and Lambda allows {_mb(UNZIPPED_LIMIT)} "
+            f"(function and layers together). Largest files: "
+            + ", ".join(f"{name} ({_mb(p.stat().st_size)})" for name, p in biggest)
+            + ". Point --code at a smaller directory."
+        )
+
+    digest = _digest(entries, manifest)
+    cache = (cache_dir or cache_root() / "lambda")
+    cache.mkdir(parents=True, exist_ok=True)
+    path = cache / f"{digest[:32]}.zip"
+    cached = path.is_file()
+    if not cached:
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        _write_zip(tmp, entries, manifest)
+        os.replace(tmp, path)
+        _prune(cache)
+    else:
+        os.utime(path)
+    zipped = path.stat().st_size
+    if zipped > ZIP_LIMIT:
+        raise PackagingError(
+            f"the function is too large: the zip is {_mb(zipped)}, and Lambda accepts at most {_mb(ZIP_LIMIT)} "
+            f"uploaded directly ({_mb(unzipped)} unzipped). Point --code at a smaller directory, or move "
+            "dependencies into a layer (--layers ARN --no-bundle-deps)."
+        )
+    code_sha256 = base64.b64encode(hashlib.sha256(path.read_bytes()).digest()).decode()
+    return Bundle(path, digest, code_sha256, zipped, unzipped, len(entries) + 1, cached, warnings)
+
+
+# ------------------------------------------------------------------- contents
+
+
+def _fmpi_dir() -> Path:
+    import fmpi
+
+    return Path(fmpi.__file__).resolve().parent
+
+
+def _fmpi_version() -> str:
+    from ... import __version__
+
+    return __version__
+
+
+def _add_tree(entries: dict[str, Path], root: Path, prefix: str) -> None:
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames[:] = sorted(
+            d for d in dirnames
+            if d not in SKIPPED_DIRS and not d.endswith(".egg-info")
+            and not (Path(dirpath, d) / "pyvenv.cfg").exists()
+        )
+        for name in filenames:
+            if name.endswith((".pyc", ".pyo")):
+                continue
+            path = Path(dirpath, name)
+            if not path.is_file():
+                continue
+            arcname = f"{prefix}/{path.relative_to(root).as_posix()}"
+            entries.setdefault(arcname, path)
+
+
+def _closure(names: tuple[str, ...]) -> list[metadata.Distribution]:
+    """The distributions `names` need, with their requirements, minus what the runtime provides."""
+    found: dict[str, metadata.Distribution] = {}
+    todo = list(names)
+    while todo:
+        name = _canonical(todo.pop())
+        if name in found or name in RUNTIME_PROVIDED:
+            continue
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            if name in map(_canonical, names):
+                raise PackagingError(
+                    f"{name} is not installed here, so it cannot be bundled: pip install 'fmpi[aws]', "
+                    "or provide it with a layer (--layers ARN --no-bundle-deps)"
+                ) from None
+            continue  # an optional requirement that is not installed
+        found[name] = dist
+        for req in dist.requires or ():
+            marker = req.split(";", 1)[1] if ";" in req else ""
+            if "extra" in marker:
+                continue
+            todo.append(re.split(r"[\s;<>=!~\[(]", req, maxsplit=1)[0])
+    return [found[k] for k in sorted(found)]
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _add_distribution(entries: dict[str, Path], dist: metadata.Distribution) -> None:
+    for f in dist.files or ():
+        if f.parts[0] == ".." or "__pycache__" in f.parts or f.suffix in (".pyc", ".pyo"):
+            continue
+        path = Path(dist.locate_file(f))
+        if path.is_file():
+            entries.setdefault(f.as_posix(), path)
+
+
+def _platform_warnings(dist: metadata.Distribution) -> list[str]:
+    """Binary wheels built for a newer glibc than the runtime's will not import on Lambda."""
+    try:
+        wheel = dist.read_text("WHEEL") or ""
+    except OSError:
+        return []
+    tags = [line.split(":", 1)[1].strip() for line in wheel.splitlines() if line.startswith("Tag:")]
+    platforms = {t.split("-")[-1] for t in tags}
+    if not platforms or platforms == {"any"}:
+        return []
+    name = f"{dist.metadata['Name']} {dist.version}"
+    if not sys.platform.startswith("linux"):
+        return [f"{name} is built for {sys.platform}, but Lambda runs Linux: provide it with a layer (--layers ARN --no-bundle-deps)"]
+    need = min((_glibc(p) for p in platforms), default=None)
+    have = RUNTIME_GLIBC.get(lambda_runtime(), DEFAULT_GLIBC)
+    if need is not None and need > have:
+        return [
+            f"{name} is a manylinux_{need[0]}_{need[1]} build, but the {lambda_runtime()} Lambda runtime has "
+            f"glibc {have[0]}.{have[1]}: it may not import there. Install an older-glibc build (e.g. pip install "
+            f"--platform manylinux2014_{platform.machine()} --only-binary=:all:) or provide it with a layer."
+        ]
+    return []
+
+
+def _glibc(tag: str) -> tuple[int, int] | None:
+    m = re.match(r"manylinux_(\d+)_(\d+)_", tag)
+    if m:
+        return int(m.group(1)), int(m.group(2))
+    legacy = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
+    return next((v for k, v in legacy.items() if tag.startswith(k + "_")), None)
+
+
+# ------------------------------------------------------------------------ zip
+
+
+def _digest(entries: dict[str, Path], manifest: bytes) -> str:
+    h = hashlib.sha256(manifest)
+    for arcname in sorted(entries):
+        path = entries[arcname]
+        h.update(arcname.encode() + b"\0" + str(_mode(path)).encode() + b"\0")
+        h.update(hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def _mode(path: Path) -> int:
+    return 0o755 if path.stat().st_mode & stat.S_IXUSR else 0o644
+
+
+def _write_zip(target: Path, entries: dict[str, Path], manifest: bytes) -> None:
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED, compresslevel=6) as zf:
+        for arcname in sorted(entries):
+            path = entries[arcname]
+            zf.writestr(_info(arcname, _mode(path)), path.read_bytes())
+        zf.writestr(_info("fmpi_bundle.json", 0o644), manifest)
+
+
+def _info(arcname: str, mode: int) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(arcname, ZIP_TIME)
+    info.create_system = 3  # unix: the extractor honours the mode bits
+    info.external_attr = (stat.S_IFREG | mode) << 16
+    info.compress_type = zipfile.ZIP_DEFLATED
+    return info
+
+
+def _prune(cache: Path) -> None:
+    zips = sorted(cache.glob("*.zip"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in zips[CACHE_KEEP:]:
+        try:
+            old.unlink()
+        except OSError:
+            pass
+
+
+def _mb(n: int) -> str:
+    return f"{n / (1024 * 1024):.1f} MB"

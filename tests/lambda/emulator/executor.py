@@ -1,0 +1,370 @@
+"""Run Lambda invocations as local processes: one ``awslambdaric`` process per invocation.
+
+Backend-agnostic (knows nothing about moto): ``ProcessExecutor.invoke()``
+extracts the function's zip (once per code digest), starts
+``<python> [-S] -c BOOT <handler>`` in a fresh session with the environment
+Lambda gives a function, hands it exactly one event through a private
+``RuntimeAPIServer``, enforces the init timeout and the function timeout
+(SIGKILL of the whole process group), and returns payload, error, logs and
+timings.
+
+Fidelity knobs:
+
+* ``runtime_site``: a directory holding only what the AWS Python runtime
+  provides (awslambdaric, boto3 and their dependencies, see
+  ``runtime_site.py``). The handler then runs with ``python -S`` and
+  ``PYTHONPATH=<task root>:<runtime_site>``, so anything the deployment zip
+  forgot to bundle (fmpi itself, numpy, powertools) fails to import, as it
+  would on AWS.
+* ``placement(spec, payload) -> Placement``: run an invocation inside a
+  network namespace (e.g. behind a NAT of the NAT lab), or drop it as a
+  platform that never starts the function would.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .runtime_api import Invocation, RuntimeAPIServer
+
+INIT_TIMEOUT_S = 10.0  # AWS's limit for the init phase of an on-demand function
+
+# `python -m awslambdaric <handler>` plus two things:
+# * PR_SET_PDEATHSIG, so that a handler never outlives the process that runs
+#   the emulator (e.g. pytest SIGKILLed mid-run);
+# * in another network namespace, a forwarder from 127.0.0.1:<port> there to
+#   the Runtime API's Unix socket (filesystem sockets cross namespaces; TCP
+#   to the emulator's loopback does not). The forwarder is a forked child, not
+#   a thread: awslambdaric's C client holds the GIL while it posts a response,
+#   so a forwarding thread in the same process could never pass it on.
+# -c keeps sys.path[0] == cwd (the task root), exactly like -m.
+BOOT = r"""
+import ctypes, os, signal, socket, sys, threading
+ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+if os.getppid() != int(os.environ.pop("_EMU_PPID")):
+    os._exit(1)
+_sock_path = os.environ.pop("_EMU_RUNTIME_SOCK", None)
+if _sock_path:
+    _listener = socket.create_server(("127.0.0.1", 0))
+    os.environ["AWS_LAMBDA_RUNTIME_API"] = "127.0.0.1:%d" % _listener.getsockname()[1]
+    if os.fork() == 0:
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # ends with the runtime process
+        def _pump(src, dst):
+            try:
+                while True:
+                    data = src.recv(65536)
+                    if not data:
+                        break
+                    dst.sendall(data)
+            except OSError:
+                pass
+            finally:
+                try:
+                    dst.shutdown(socket.SHUT_WR)
+                except OSError:
+                    pass
+        while True:
+            conn, _ = _listener.accept()
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            up = socket.socket(socket.AF_UNIX)
+            up.connect(_sock_path)
+            threading.Thread(target=_pump, args=(conn, up), daemon=True).start()
+            threading.Thread(target=_pump, args=(up, conn), daemon=True).start()
+    _listener.close()
+from awslambdaric.__main__ import main
+main(["awslambdaric", sys.argv[1]])
+"""
+
+
+@dataclass
+class FunctionSpec:
+    name: str
+    handler: str
+    zip_bytes: bytes
+    code_sha256: str  # any stable digest of zip_bytes
+    function_arn: str
+    runtime: str = "python3.11"
+    timeout_s: float = 3.0
+    memory_mb: int = 128
+    version: str = "$LATEST"
+    region: str = "us-east-1"
+    env: dict[str, str] = field(default_factory=dict)
+    layers: list[tuple[str, bytes]] = field(default_factory=list)  # (digest, zip) in the function's order
+
+
+@dataclass
+class InvocationResult:
+    request_id: str
+    payload: bytes
+    function_error: str | None  # None or "Unhandled" (the X-Amz-Function-Error header)
+    error_type: str | None
+    logs: str
+    timings: dict[str, float]
+    pid: int | None = None
+
+
+@dataclass
+class Placement:
+    netns: str | None = None  # run the handler process inside this network namespace
+    run: bool = True  # False: the invocation is accepted but never starts
+
+
+def event_of(payload: bytes) -> dict:
+    """The invocation's event as a dict ({} when it is not a JSON object)."""
+    try:
+        event = json.loads(payload or b"{}")
+    except ValueError:
+        return {}
+    return event if isinstance(event, dict) else {}
+
+
+class ProcessExecutor:
+    def __init__(
+        self,
+        work_dir: str,
+        python: str = sys.executable,
+        runtime_site: str | None = None,
+        endpoint_url: str | None = None,
+        extra_env: dict[str, str] | None = None,
+        init_timeout_s: float = INIT_TIMEOUT_S,
+        placement: Callable[[FunctionSpec, bytes], Placement] | None = None,
+    ) -> None:
+        self.work_dir = os.path.abspath(work_dir)
+        self.python = python
+        self.runtime_site = runtime_site
+        self.endpoint_url = endpoint_url
+        self.extra_env = dict(extra_env or {})
+        self.init_timeout_s = init_timeout_s
+        self.placement = placement
+        self._code_lock = threading.Lock()
+        self._procs: dict[int, subprocess.Popen] = {}
+        self._procs_lock = threading.Lock()
+        self._closed = False
+        for sub in ("code", "layers", "logs", "tmp", "sock"):
+            os.makedirs(os.path.join(self.work_dir, sub), exist_ok=True)
+
+    # ------------------------------------------------------------------ code
+    def task_root(self, spec: FunctionSpec) -> str:
+        """Extract the zip once per code digest; an update gets a new directory."""
+        return self._extract("code", spec.code_sha256, spec.zip_bytes)
+
+    def layer_paths(self, spec: FunctionSpec) -> list[str]:
+        """What each layer adds to sys.path (Lambda merges layers into /opt: python/ and its site-packages)."""
+        paths = []
+        for digest, data in spec.layers:
+            root = self._extract("layers", digest, data)
+            paths += [os.path.join(root, "python", "lib", spec.runtime, "site-packages"), os.path.join(root, "python")]
+        return paths
+
+    def _extract(self, kind: str, digest: str, data: bytes) -> str:
+        dest = os.path.join(self.work_dir, kind, digest.replace("/", "_")[:32])
+        with self._code_lock:
+            if not os.path.isdir(dest):
+                tmp = f"{dest}.tmp-{uuid.uuid4().hex[:8]}"
+                os.makedirs(tmp)
+                with zipfile.ZipFile(io.BytesIO(data)) as zf:
+                    for info in zf.infolist():
+                        path = zf.extract(info, tmp)
+                        mode = (info.external_attr >> 16) & 0o777
+                        if mode and not info.is_dir():
+                            os.chmod(path, mode | 0o444)
+                os.rename(tmp, dest)
+        return dest
+
+    def running(self) -> list[int]:
+        """Pids of handler processes still alive."""
+        with self._procs_lock:
+            return [pid for pid, p in self._procs.items() if p.poll() is None]
+
+    # ------------------------------------------------------------------- env
+    def build_env(self, spec: FunctionSpec, task_root: str, tmp_dir: str, log_stream: str) -> dict[str, str]:
+        pythonpath = [task_root, *self.layer_paths(spec)] + ([self.runtime_site] if self.runtime_site else [])
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+            "LANG": "en_US.UTF-8",
+            "TZ": ":UTC",
+            "HOME": tmp_dir,
+            "TMPDIR": tmp_dir,
+            "PYTHONPATH": os.pathsep.join(pythonpath),
+            "PYTHONUNBUFFERED": "1",
+            "LAMBDA_TASK_ROOT": task_root,
+            "LAMBDA_RUNTIME_DIR": self.runtime_site or os.path.dirname(self.python),
+            "_HANDLER": spec.handler,
+            "AWS_EXECUTION_ENV": f"AWS_Lambda_{spec.runtime}",
+            "AWS_LAMBDA_FUNCTION_NAME": spec.name,
+            "AWS_LAMBDA_FUNCTION_VERSION": str(spec.version),
+            "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(spec.memory_mb),
+            "AWS_LAMBDA_INITIALIZATION_TYPE": "on-demand",
+            "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{spec.name}",
+            "AWS_LAMBDA_LOG_STREAM_NAME": log_stream,
+            "AWS_REGION": spec.region,
+            "AWS_DEFAULT_REGION": spec.region,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_SESSION_TOKEN": "testing",
+            "AWS_EC2_METADATA_DISABLED": "true",
+            "LAMBDA_DISABLE_PREVIEW_WARN": "1",
+        }
+        if self.endpoint_url:
+            env["AWS_ENDPOINT_URL"] = self.endpoint_url  # the handler's own SDK calls reach the emulator
+        env.update(self.extra_env)
+        env.update({k: str(v) for k, v in spec.env.items()})  # the function's Environment wins
+        return env
+
+    # ---------------------------------------------------------------- invoke
+    def invoke(self, spec: FunctionSpec, payload: bytes, request_id: str | None = None,
+               client_context: str | None = None) -> InvocationResult:
+        if self._closed:
+            raise RuntimeError("executor closed")
+        t_submit = time.time()
+        request_id = request_id or str(uuid.uuid4())
+        placement = self.placement(spec, payload) if self.placement else Placement()
+        if not placement.run:
+            return InvocationResult(request_id, b"", "Unhandled", "Emulator.Dropped",
+                                    "invocation dropped by the emulator (never started)\n", {"submit": t_submit})
+        task_root = self.task_root(spec)
+        tmp_dir = os.path.join(self.work_dir, "tmp", request_id)
+        os.makedirs(tmp_dir, exist_ok=True)
+        log_dir = os.path.join(self.work_dir, "logs", spec.name)
+        os.makedirs(log_dir, exist_ok=True)
+        log_path = os.path.join(log_dir, request_id + ".log")
+        log_stream = time.strftime("%Y/%m/%d/") + f"[{spec.version}]{request_id.replace('-', '')}"
+
+        sock_path = None
+        if placement.netns:
+            sock_path = os.path.join(self.work_dir, "sock", request_id[:8] + ".sock")
+        api = RuntimeAPIServer(unix_path=sock_path)
+        inv = Invocation(
+            request_id=request_id, payload=payload or b"{}", timeout_s=float(spec.timeout_s),
+            function_arn=spec.function_arn,
+            trace_id=f"Root=1-{int(t_submit):08x}-{uuid.uuid4().hex[:24]};Sampled=0",
+            client_context=client_context,
+        )
+        api.submit(inv)
+        env = self.build_env(spec, task_root, tmp_dir, log_stream)
+        env["_EMU_PPID"] = str(os.getpid())
+        if sock_path:
+            env["_EMU_RUNTIME_SOCK"] = sock_path
+        else:
+            env["AWS_LAMBDA_RUNTIME_API"] = api.address
+        argv = [self.python, *(["-S"] if self.runtime_site else []), "-c", BOOT, spec.handler]
+        if placement.netns:
+            argv = ["ip", "netns", "exec", placement.netns, *argv]  # ip execs: same pid
+        vm_hwm_kb = None
+        with open(log_path, "wb") as log_f:
+            log_f.write(f"START RequestId: {request_id} Version: {spec.version}\n".encode())
+            log_f.flush()
+            t_spawn = time.time()
+            proc = subprocess.Popen(argv, cwd=task_root, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=log_f, stderr=subprocess.STDOUT, start_new_session=True)
+            with self._procs_lock:
+                self._procs[proc.pid] = proc
+
+            def reap() -> None:
+                rc = proc.wait()
+                how = f"signal: {signal.Signals(-rc).name}" if rc < 0 else f"exit status {rc}"
+                inv.finish("exit", json.dumps({
+                    "errorType": "Runtime.ExitError",
+                    "errorMessage": f"RequestId: {request_id} Error: Runtime exited with error: {how}",
+                }).encode(), "Runtime.ExitError")
+
+            reaper = threading.Thread(target=reap, daemon=True, name=f"reap-{proc.pid}")
+            reaper.start()
+            try:
+                # Init phase: until the runtime asks for its event (or dies, or reports an init error).
+                init_deadline = t_spawn + self.init_timeout_s
+                while not inv.delivered.is_set() and not inv.done.is_set():
+                    if time.time() > init_deadline:
+                        inv.finish("timeout", json.dumps({
+                            "errorType": "Sandbox.Timedout",
+                            "errorMessage": f"RequestId: {request_id} Error: Init phase timed out after {self.init_timeout_s:.2f} seconds",
+                        }).encode(), "Sandbox.Timedout")
+                        break
+                    inv.delivered.wait(0.01)
+                # Invoke phase: until a response, an error, the process's exit, or the deadline.
+                if not inv.done.is_set():
+                    remaining = inv.deadline_ms / 1000.0 - time.time()
+                    if not inv.done.wait(max(0.0, remaining)):
+                        inv.finish("timeout", json.dumps({
+                            "errorType": "Sandbox.Timedout",
+                            "errorMessage": f"RequestId: {request_id} Error: Task timed out after {spec.timeout_s:.2f} seconds",
+                        }).encode(), "Sandbox.Timedout")
+            finally:
+                vm_hwm_kb = _vm_hwm_kb(proc.pid)
+                _kill_group(proc)
+                reaper.join(timeout=5)
+                with self._procs_lock:
+                    self._procs.pop(proc.pid, None)
+                # httpd.shutdown() waits up to one poll interval: off the hot path.
+                threading.Thread(target=api.close, daemon=True).start()
+            t_end = time.time()
+            init_ms = ((api.first_next_at or t_end) - t_spawn) * 1000
+            dur_ms = ((inv.finished_at or t_end) - (inv.delivered_at or t_end)) * 1000
+            if inv.outcome == "timeout":
+                log_f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {request_id} "
+                            f"Task timed out after {spec.timeout_s:.2f} seconds\n".encode())
+            log_f.write(f"END RequestId: {request_id}\n".encode())
+            mem = f"{vm_hwm_kb // 1024} MB" if vm_hwm_kb else "n/a"
+            log_f.write((f"REPORT RequestId: {request_id}\tDuration: {dur_ms:.2f} ms\t"
+                         f"Billed Duration: {int(dur_ms) + 1} ms\tMemory Size: {spec.memory_mb} MB\t"
+                         f"Max Memory Used: {mem}\tInit Duration: {init_ms:.2f} ms\n").encode())
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        with open(log_path, "rb") as f:
+            logs = f.read().decode("utf-8", "replace")
+        error = inv.outcome != "response"
+        return InvocationResult(
+            request_id=request_id,
+            payload=inv.body,
+            function_error="Unhandled" if error else None,
+            error_type=inv.error_type if error else None,
+            logs=logs,
+            pid=proc.pid,
+            timings={
+                "submit": t_submit, "spawn": t_spawn,
+                "init_done": api.first_next_at or 0.0,
+                "delivered": inv.delivered_at or 0.0,
+                "finished": inv.finished_at or 0.0,
+                "init_ms": init_ms, "duration_ms": dur_ms,
+                "total_ms": (t_end - t_submit) * 1000,
+            },
+        )
+
+    def close(self) -> None:
+        """Kill every still-running handler process."""
+        self._closed = True
+        with self._procs_lock:
+            procs = list(self._procs.values())
+        for p in procs:
+            _kill_group(p)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # start_new_session=True: pgid == pid
+    except ProcessLookupError:
+        pass
+
+
+def _vm_hwm_kb(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None

@@ -1,0 +1,218 @@
+"""Hook moto's Lambda backend so that an invocation really runs the zip's handler.
+
+Hook point (moto 5.x, verified on 5.2.1 and 5.2.5)::
+
+    moto.awslambda.models.LambdaFunction.invoke(
+        self, body: str, request_headers, response_headers: dict) -> str | bytes
+
+``LambdaBackend.invoke()`` (the Invoke API, after qualifier resolution) and
+``LambdaResponse.invoke_async()`` (the legacy InvokeAsync API) call it. It is
+the narrowest method that both sees the invocation type header and owns the
+response headers (X-Amz-Function-Error, X-Amz-Log-Result). The deeper
+``_invoke_lambda(event)`` is no good: stock ``invoke()`` calls it
+synchronously for every invocation type, so ``Event`` could never be
+asynchronous, and ranks that wait for each other would deadlock.
+
+moto's response layer stays in charge: it turns our return value into 202
+(Event), 204 (DryRun) or 200, and drops X-Amz-Log-Result unless LogType=Tail.
+
+Also added: moto 5.2 has no GetAccountSettings route (404); we add the URL
+pattern and a ``LambdaResponse.get_account_settings`` method. All of this must
+be installed before the first Lambda request reaches the server: moto builds
+and caches one Flask app per service on first use.
+
+``canary.check_moto_compat()`` runs first and refuses to patch a moto whose
+internals no longer match these assumptions.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .canary import check_moto_compat
+from .executor import FunctionSpec, InvocationResult, ProcessExecutor
+
+log = logging.getLogger("lambda_emulator")
+
+ACCOUNT_SETTINGS_PATH = r"{0}/(?P<api_version>[^/]+)/account-settings/?$"
+
+
+def _hget(headers: Any, name: str, default: str | None = None) -> str | None:
+    if headers is None:
+        return default
+    v = headers.get(name)
+    if v is None:
+        v = headers.get(name.lower())
+    return default if v is None else v
+
+
+class LambdaExecController:
+    """Owns the executor, the workers of asynchronous (Event) invocations, and the installed patches."""
+
+    def __init__(self, executor: ProcessExecutor, concurrency_limit: int = 1000,
+                 retry_delay_s: float = 1.0, save_to_cloudwatch: bool = True) -> None:
+        self.executor = executor
+        self.concurrency_limit = concurrency_limit
+        self.retry_delay_s = retry_delay_s
+        self.save_to_cloudwatch = save_to_cloudwatch
+        self._slots = threading.BoundedSemaphore(concurrency_limit)
+        self._threads: set[threading.Thread] = set()
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._saved: dict[str, Any] = {}
+        self.history: list[dict[str, Any]] = []  # one record per finished execution
+        self.on_result: Callable[[dict[str, Any]], None] | None = None
+        # How many times an Event invocation is delivered (AWS promises "at least once"): tests
+        # return 2 for some payloads to check that a duplicate rank is refused.
+        self.deliveries: Callable[[bytes], int] | None = None
+
+    # --------------------------------------------------------------- install
+    def install(self) -> None:
+        from moto.awslambda import models, responses, urls
+
+        check_moto_compat()  # fail loudly before touching anything
+        if self._saved:
+            return
+        ctrl = self
+        self._saved["invoke"] = models.LambdaFunction.invoke
+
+        def invoke(fn_self, body, request_headers, response_headers):  # the same signature
+            return ctrl._invoke(fn_self, body, request_headers, response_headers)
+
+        invoke.__wrapped_by_lambda_emulator__ = True  # type: ignore[attr-defined]
+        models.LambdaFunction.invoke = invoke
+
+        if not hasattr(responses.LambdaResponse, "get_account_settings"):
+            def get_account_settings(resp_self):
+                return 200, {}, json.dumps(ctrl.account_settings(resp_self.backend))
+
+            responses.LambdaResponse.get_account_settings = get_account_settings
+            self._saved["get_account_settings"] = True
+        if ACCOUNT_SETTINGS_PATH not in urls.url_paths:
+            urls.url_paths[ACCOUNT_SETTINGS_PATH] = responses.LambdaResponse.dispatch
+            self._saved["url"] = True
+
+    def uninstall(self) -> None:
+        from moto.awslambda import models, responses, urls
+
+        if "invoke" in self._saved:
+            models.LambdaFunction.invoke = self._saved["invoke"]
+        if self._saved.get("get_account_settings"):
+            del responses.LambdaResponse.get_account_settings
+        if self._saved.get("url"):
+            urls.url_paths.pop(ACCOUNT_SETTINGS_PATH, None)
+        self._saved.clear()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no asynchronous invocation is running; False on timeout."""
+        with self._idle:
+            return self._idle.wait_for(lambda: not self._threads, timeout)
+
+    def close(self, join_timeout: float = 5.0) -> None:
+        self.executor.close()  # SIGKILL running handlers: the workers then end quickly
+        for t in list(self._threads):
+            t.join(timeout=join_timeout)
+
+    # ------------------------------------------------------------------ API
+    def account_settings(self, backend) -> dict[str, Any]:
+        fns = list(backend.list_functions())
+        reserved = sum(int(f.reserved_concurrency or 0) for f in fns)
+        total = sum(int(getattr(f, "code_size", 0) or 0) for f in fns)
+        return {
+            "AccountLimit": {
+                "TotalCodeSize": 80530636800,
+                "CodeSizeUnzipped": 262144000,
+                "CodeSizeZipped": 52428800,
+                "ConcurrentExecutions": self.concurrency_limit,
+                "UnreservedConcurrentExecutions": self.concurrency_limit - reserved,
+            },
+            "AccountUsage": {"TotalCodeSize": total, "FunctionCount": len(fns)},
+        }
+
+    @staticmethod
+    def spec_from_moto(fn) -> FunctionSpec:
+        from moto.awslambda.models import lambda_backends
+
+        if getattr(fn, "package_type", "Zip") != "Zip" or not getattr(fn, "code_bytes", b""):
+            raise ValueError(f"lambda emulator: only Zip functions with inline or S3 code run ({fn.function_name})")
+        backend = lambda_backends[fn.account_id][fn.region]
+        layers = [backend.layers_versions_by_arn(layer["Arn"]) for layer in fn.layers or ()]
+        return FunctionSpec(
+            layers=[(lv.code_digest, lv.code_bytes) for lv in layers if lv is not None],
+            name=fn.function_name, handler=fn.handler, zip_bytes=fn.code_bytes,
+            code_sha256=fn.code_digest, function_arn=fn.function_arn,
+            runtime=fn.run_time or "python3.11", timeout_s=float(fn.timeout),
+            memory_mb=int(fn.memory_size), version=str(fn.version), region=fn.region,
+            env=dict(fn.environment_vars or {}),
+        )
+
+    def _invoke(self, fn, body, request_headers, response_headers):
+        inv_type = _hget(request_headers, "X-Amz-Invocation-Type", "RequestResponse")
+        payload = body if isinstance(body, bytes) else (body or "{}").encode()
+        if not payload.strip():
+            payload = b"{}"
+        spec = self.spec_from_moto(fn)  # a snapshot: a later update_function_code cannot race
+        response_headers["x-amz-executed-version"] = spec.version
+        if inv_type == "DryRun":
+            return b""
+        client_ctx = _hget(request_headers, "X-Amz-Client-Context")
+        if client_ctx:
+            client_ctx = base64.b64decode(client_ctx).decode()
+        if inv_type == "Event":
+            retries = 2  # AWS's default for asynchronous invocations
+            if fn.event_invoke_config:
+                # moto appends on every put; the last one is the current one
+                retries = int(fn.event_invoke_config[-1].config.get("MaximumRetryAttempts", 2))
+            for _ in range(self.deliveries(payload) if self.deliveries else 1):
+                t = threading.Thread(target=self._run_async, args=(fn, spec, payload, retries, client_ctx, time.time()),
+                                     name=f"lambda-event-{spec.name}", daemon=True)
+                with self._lock:
+                    self._threads.add(t)
+                t.start()
+            return b""  # moto's response layer makes this a 202
+        with self._slots:
+            res = self.executor.invoke(spec, payload, client_context=client_ctx)
+        self._record(fn, spec, "RequestResponse", res, time.time())
+        if res.function_error:
+            response_headers["x-amz-function-error"] = res.function_error
+        tail = res.logs.encode()[-4096:]
+        response_headers["x-amz-log-result"] = base64.b64encode(tail).decode()
+        return res.payload
+
+    def _run_async(self, fn, spec, payload, retries, client_ctx, t_api) -> None:
+        try:
+            for attempt in range(retries + 1):
+                with self._slots:
+                    res = self.executor.invoke(spec, payload, client_context=client_ctx)
+                self._record(fn, spec, "Event", res, t_api, attempt)
+                if not res.function_error or res.error_type == "Emulator.Dropped":
+                    break
+                if attempt < retries:
+                    time.sleep(self.retry_delay_s)
+        except Exception:
+            log.exception("asynchronous invocation of %s failed", spec.name)
+        finally:
+            with self._idle:
+                self._threads.discard(threading.current_thread())
+                self._idle.notify_all()
+
+    def _record(self, fn, spec, inv_type, res: InvocationResult, t_api, attempt=0) -> None:
+        rec = {"function": spec.name, "type": inv_type, "attempt": attempt,
+               "request_id": res.request_id, "error": res.error_type,
+               "payload": res.payload, "pid": res.pid, "t_api": t_api, "logs": res.logs, **res.timings}
+        with self._lock:
+            self.history.append(rec)
+        if self.save_to_cloudwatch and res.error_type != "Emulator.Dropped":
+            try:
+                fn.logs_backend.ensure_log_group(fn.logs_group_name)  # as stock _invoke_lambda does
+                fn.save_logs(res.logs)  # group /aws/lambda/<name> in moto's logs backend
+            except Exception:
+                log.debug("save_logs failed", exc_info=True)
+        if self.on_result:
+            self.on_result(rec)

@@ -1,0 +1,67 @@
+"""Helpers shared by the Lambda tests (the fixtures are in conftest.py): paths, fault injection, fmpirun's environment."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from emulator import FunctionSpec, Placement, event_of
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+PROGRAMS = HERE / "programs"
+FMPIRUN = str(Path(sys.executable).parent / "fmpirun")
+
+
+@dataclass
+class Run:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def lines(self) -> list[str]:
+        return self.stdout.splitlines()
+
+
+@dataclass
+class Faults:
+    """What the emulated platform does wrong, per rank of the job's events."""
+
+    drop: set[int] = field(default_factory=set)  # accepted (202) but never started
+    duplicate: set[int] = field(default_factory=set)  # delivered twice
+    netns: Callable[[int], str | None] | None = None  # run a rank inside this network namespace
+
+    def clear(self) -> None:
+        self.drop.clear()
+        self.duplicate.clear()
+        self.netns = None
+
+    def place(self, spec: FunctionSpec, payload: bytes) -> Placement:
+        rank = event_of(payload).get("rank")
+        if rank in self.drop:
+            return Placement(run=False)
+        return Placement(netns=self.netns(rank) if self.netns and isinstance(rank, int) else None)
+
+    def deliveries(self, payload: bytes) -> int:
+        return 2 if event_of(payload).get("rank") in self.duplicate else 1
+
+
+def aws_env(endpoint_url: str | None, cache_dir: Path, **overrides: str) -> dict[str, str]:
+    """The environment of an fmpirun that talks to the emulator, and to nothing else."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+        AWS_DEFAULT_REGION="us-east-1",
+        AWS_EC2_METADATA_DISABLED="true",  # never ask 169.254.169.254 for credentials
+        AWS_CONFIG_FILE=os.devnull,
+        AWS_SHARED_CREDENTIALS_FILE=os.devnull,
+        FMPI_CACHE_DIR=str(cache_dir),
+    )
+    if endpoint_url:
+        env["AWS_ENDPOINT_URL"] = endpoint_url
+    env.update(overrides)
+    return {k: v for k, v in env.items() if v is not None}

@@ -1,0 +1,190 @@
+"""Bad input and platform faults: each ends the job with a message naming the cause and a non-zero status.
+
+Reproduced on moto: no credentials, no or wrong region, a missing role, a
+function too large, too little concurrency, a rank that never starts, a rank
+stopped by the function timeout, a rank that crashes, and the launcher
+dying. After each, every emulated invocation must have ended (the ``moto``
+fixture checks): no rank keeps billing while it waits.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+import uuid
+
+import pytest
+from lambda_testing import FMPIRUN, PROGRAMS, aws_env
+
+HELLO = PROGRAMS / "hello.py"
+
+
+def _fresh_name() -> str:
+    return "fmpi-test-" + uuid.uuid4().hex[:8]
+
+
+def test_no_credentials(lambda_run, moto, bundle_cache):
+    env = aws_env(moto.endpoint_url, bundle_cache, AWS_ACCESS_KEY_ID=None, AWS_SECRET_ACCESS_KEY=None)
+    run = lambda_run(2, HELLO, env=env)
+    assert run.returncode == 1
+    assert "no AWS credentials found" in run.stderr and "aws configure" in run.stderr
+
+
+def test_rejected_credentials_name_the_cause(lambda_run, moto, bundle_cache, monkeypatch):
+    # moto accepts any key, so reject them the way AWS does
+    from botocore.exceptions import ClientError
+
+    from fmpi.launcher.lambda_backend.aws import explain
+
+    err = ClientError({"Error": {"Code": "UnrecognizedClientException", "Message": "The security token included in the request is invalid."}}, "GetFunction")
+    message = explain(err, "look up function fmpi-rank")
+    assert "AWS rejected the credentials" in message and "--profile" in message
+
+
+def test_no_region(lambda_run, moto, bundle_cache):
+    env = aws_env(moto.endpoint_url, bundle_cache, AWS_DEFAULT_REGION=None)
+    run = lambda_run(2, HELLO, env=env)
+    assert run.returncode == 1
+    assert "no AWS region" in run.stderr and "--region" in run.stderr
+
+
+def test_wrong_region(lambda_run):
+    run = lambda_run(2, HELLO, extra=("--region", "mars-north-1"))
+    assert run.returncode == 1
+    assert "unknown AWS region 'mars-north-1'" in run.stderr
+
+
+def test_missing_role_for_a_new_function(lambda_run):
+    run = lambda_run(2, HELLO, role=False, extra=("--function-name", _fresh_name()))
+    assert run.returncode == 1
+    assert "does not exist" in run.stderr and "no --role was given" in run.stderr
+
+
+def test_role_that_lambda_cannot_assume(lambda_run):
+    run = lambda_run(2, HELLO, role=False,
+                     extra=("--function-name", _fresh_name(), "--role", "arn:aws:iam::123456789012:role/no-such-role"))
+    assert run.returncode == 1
+    assert "cannot be assumed by Lambda" in run.stderr and "--role" in run.stderr
+
+
+def test_role_name_that_does_not_exist(lambda_run):
+    run = lambda_run(2, HELLO, role=False, extra=("--function-name", _fresh_name(), "--role", "no-such-role"))
+    assert run.returncode == 1
+    assert "the execution role 'no-such-role' does not exist" in run.stderr
+
+
+def test_function_too_large(lambda_run, tmp_path):
+    code = tmp_path / "big"
+    code.mkdir()
+    (code / "app.py").write_text("print('never runs')\n")
+    with open(code / "weights.bin", "wb") as f:  # sparse: costs no disk and no time
+        f.truncate(300 * 1024 * 1024)
+    t0 = time.monotonic()
+    run = lambda_run(2, code / "app.py")
+    assert run.returncode == 1
+    assert "the function is too large" in run.stderr and "weights.bin" in run.stderr
+    assert time.monotonic() - t0 < 20  # refused before building or uploading anything
+
+
+def test_concurrency_too_low(lambda_run, moto):
+    moto.ctrl.concurrency_limit = 4
+    run = lambda_run(8, HELLO)
+    assert run.returncode == 1
+    assert "8 ranks cannot all run at once" in run.stderr and "is 4" in run.stderr
+
+
+def test_reserved_concurrency_too_low(lambda_run, moto):
+    assert lambda_run(1, HELLO).returncode == 0  # deploy
+    lam = moto.client()
+    lam.put_function_concurrency(FunctionName="fmpi-rank", ReservedConcurrentExecutions=2)
+    try:
+        run = lambda_run(3, HELLO)
+    finally:
+        lam.delete_function_concurrency(FunctionName="fmpi-rank")
+    assert run.returncode == 1
+    assert "reserved concurrency of 2" in run.stderr
+
+
+def test_rank_that_never_starts_is_named(lambda_run, moto):
+    moto.faults.drop = {2}
+    t0 = time.monotonic()
+    run = lambda_run(4, PROGRAMS / "ring_collectives.py", extra=("--fill-timeout", "3"))
+    assert run.returncode == 1
+    assert "3 of 4 ranks joined; missing ranks: 2" in run.stderr
+    assert "aws logs tail /aws/lambda/fmpi-rank" in run.stderr
+    assert time.monotonic() - t0 < 20
+
+
+def test_rank_stopped_by_the_function_timeout(lambda_run):
+    t0 = time.monotonic()
+    run = lambda_run(3, PROGRAMS / "sleeper.py", extra=("--timeout", "5", "--fill-timeout", "4"))
+    assert run.returncode != 0
+    # Every rank is blocked (rank 1 sleeps, the others wait for it): the first watchdog to fire aborts the job.
+    assert re.search(r"job aborted by rank \d: rank \d reached the function timeout \(5 s\)", run.stderr), run.stderr
+    assert time.monotonic() - t0 < 30
+
+
+def test_rank_that_crashes(lambda_run):
+    run = lambda_run(3, PROGRAMS / "crash.py")
+    assert run.returncode == 1
+    assert "rank 1 ended without finalizing" in run.stderr
+
+
+def test_launcher_killed_ends_every_rank(moto, bundle_cache):
+    argv = [FMPIRUN, "--backend", "lambda", "-n", "3", "--relay-listen", "127.0.0.1:0", "--role", moto.role_arn,
+            "--timeout", "60", "--fill-timeout", "30", "-v", "python", str(PROGRAMS / "sleeper.py")]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=aws_env(moto.endpoint_url, bundle_cache), start_new_session=True)
+    try:
+        for line in proc.stdout:
+            if "linked 3/3" in line:
+                break
+        else:
+            pytest.fail("the job never linked")
+        os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    t0 = time.monotonic()
+    # fmpirun's relay died with it: the ranks must notice and end, not wait until their timeout.
+    assert moto.ctrl.wait_idle(20), "ranks kept running after the launcher died"
+    assert time.monotonic() - t0 < 20
+
+
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        (("--relay-listen", None), "need a relay the functions can reach"),
+        (("--relay-listen", "0.0.0.0:7000"), "not a wildcard address"),
+        (("--fill-timeout", "70", "--timeout", "60"), "must be shorter than the function --timeout"),
+        (("--timeout", "901"), "--timeout must be 1 to 900"),
+        (("--memory", "64"), "--memory must be 128 to 10240"),
+        (("--print-join",), "local backend only"),
+    ],
+)
+def test_bad_options(moto, bundle_cache, extra, words):
+    argv = [FMPIRUN, "--backend", "lambda", "-n", "2", "--role", moto.role_arn]
+    if extra[0] == "--relay-listen" and extra[1] is None:
+        extra = ()
+    elif "--relay-listen" not in extra:
+        argv += ["--relay-listen", "127.0.0.1:0"]
+    proc = subprocess.run([*argv, *extra, "python", str(HELLO)], capture_output=True, text=True,
+                          env=aws_env(moto.endpoint_url, bundle_cache), timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert words in proc.stderr
+
+
+def test_not_a_python_program(moto, bundle_cache):
+    proc = subprocess.run([FMPIRUN, "--backend", "lambda", "-n", "2", "--relay-listen", "127.0.0.1:0", "hostname"],
+                          capture_output=True, text=True, env=aws_env(moto.endpoint_url, bundle_cache), timeout=60)
+    assert proc.returncode == 2
+    assert "run Python programs" in proc.stderr
+
+
+def test_missing_dependencies_are_caught_at_deployment(lambda_run):
+    run = lambda_run(2, HELLO, extra=("--function-name", _fresh_name(), "--no-bundle-deps"))
+    assert run.returncode == 1
+    assert "cannot import numpy" in run.stderr and "a layer must provide numpy" in run.stderr, run.stderr
