@@ -25,6 +25,7 @@ import time
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
+from ..ranges import describe_ranks
 from .client import Aborted, PeerInfo, RelayError
 
 DEFAULT_TTL = 24 * 3600  # seconds a job's keys may outlive a launcher that vanished
@@ -187,7 +188,7 @@ class RedisJob:
         missing = [r for r in range(self.size) if r not in members]
         message = (
             f"the world of job {self.job!r} did not fill within {fill_timeout:g} s: {len(members)} of {self.size} "
-            f"ranks joined; missing ranks: {', '.join(map(str, missing))}"
+            f"ranks joined; missing ranks: {describe_ranks(missing)}"
         )
         notice = json.dumps({"kind": "error", "code": "fill_timeout", "message": message, "missing": missing})
         self._notify(keys=self._list(), args=[self._keys["inbox"], notice, "over", "filling"])

@@ -42,6 +42,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..ranges import describe_ranks
 from .protocol import (
     FORWARD_RANK,
     HEADER_SIZE,
@@ -384,7 +385,7 @@ class RelayServer:
         missing = job.missing()
         message = (
             f"the world of job {job.id!r} did not fill within {fill_timeout:g} s: {len(job.members)} of {job.size} "
-            f"ranks joined; missing ranks: {_ranges(missing)}"
+            f"ranks joined; missing ranks: {describe_ranks(missing)}"
         )
         self._fail(job, "fill_timeout", message, {"missing": missing})
 
@@ -466,20 +467,6 @@ def _link_reports(raw: Any, size: int) -> list[dict[str, Any]] | None:
             failovers = 0
         out.append({"peer": peer, "kind": kind, "seconds": seconds, "failovers": failovers})
     return out
-
-
-def _ranges(ranks: list[int]) -> str:
-    """[0,1,2,5,7,8] -> '0-2, 5, 7-8' (so a 1000-rank failure message stays readable)."""
-    parts = []
-    start = prev = None
-    for r in ranks + [None]:
-        if r is not None and prev is not None and r == prev + 1:
-            prev = r
-            continue
-        if start is not None:
-            parts.append(f"{start}" if start == prev else f"{start}-{prev}")
-        start = prev = r
-    return ", ".join(parts) if parts else "none"
 
 
 class RelayThread:

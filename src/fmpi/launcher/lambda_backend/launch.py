@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...ranges import describe_ranks
 from ...relay.client import RelayError, parse_relay_url
 from ...relay.server import RelayThread
 from ..job import Job, JobState, log
@@ -314,11 +315,11 @@ class _Launch:
     def _give_up(self, job: Job, state: JobState, cfg: FunctionConfig) -> Outcome:
         if state.world_seconds is None:
             missing = sorted(set(range(self.size)) - state.joined)
-            message = f"the world did not fill: ranks {_ranges(missing)} never joined"
+            message = f"the world did not fill: ranks {describe_ranks(missing)} never joined"
         else:
             missing = sorted(set(range(self.size)) - set(state.finished))
             message = (
-                f"ranks {_ranges(missing)} did not finish within the function timeout ({cfg.timeout} s): "
+                f"ranks {describe_ranks(missing)} did not finish within the function timeout ({cfg.timeout} s): "
                 "the platform stopped them"
             )
         job.abort(1, message)
@@ -491,15 +492,4 @@ class _Progress:
             self._clear()
             self.finished = True
 
-
-def _ranges(ranks: list[int]) -> str:
-    parts, start, prev = [], None, None
-    for r in ranks + [None]:
-        if r is not None and prev is not None and r == prev + 1:
-            prev = r
-            continue
-        if start is not None:
-            parts.append(f"{start}" if start == prev else f"{start}-{prev}")
-        start = prev = r
-    return ", ".join(parts) if parts else "none"
 

@@ -1,0 +1,18 @@
+"""Rank lists in messages: [0, 1, 2, 5, 7, 8] -> '0-2, 5, 7-8', so a 1000-rank failure message stays readable."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+
+def describe_ranks(ranks: Iterable[int]) -> str:
+    parts: list[str] = []
+    start = prev = None
+    for r in [*sorted(ranks), None]:
+        if r is not None and prev is not None and r == prev + 1:
+            prev = r
+            continue
+        if start is not None:
+            parts.append(f"{start}" if start == prev else f"{start}-{prev}")
+        start = prev = r
+    return ", ".join(parts) if parts else "none"
