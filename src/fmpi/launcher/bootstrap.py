@@ -17,9 +17,7 @@ its peers skip punching it.
 from __future__ import annotations
 
 import os
-import socket
 import sys
-import threading
 import time
 from typing import Any
 
@@ -52,7 +50,6 @@ class RankSession:
         self.size = size
         self.engine = engine
         self._relay = relay
-        self._relay_lock = threading.Lock()
         self._closed = False
         engine.attach_relay(relay.sock, self, relay.take_buffer())
 

@@ -16,6 +16,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--host", default="0.0.0.0", help="address to listen on (default %(default)s)")
     p.add_argument("--port", type=int, default=7000, help="port to listen on (default %(default)s; 0 picks a free one)")
     p.add_argument("--max-jobs", type=int, default=10_000, help="jobs held at once (default %(default)s)")
+    p.add_argument(
+        "--probe-port", type=int, default=0,
+        help="second port ranks use to detect symmetric NATs (default: any free port; open it in the firewall too; -1 disables)",
+    )
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     args = p.parse_args(argv)
     logging.basicConfig(level=args.log_level, format="%(asctime)s fmpi-relay %(levelname)s %(message)s")
@@ -26,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    server = RelayServer(args.host, args.port, max_jobs=args.max_jobs)
+    server = RelayServer(args.host, args.port, max_jobs=args.max_jobs, probe_port=None if args.probe_port < 0 else args.probe_port)
     try:
         await server.start()
     except OSError as exc:
@@ -35,6 +39,8 @@ async def _serve(args: argparse.Namespace) -> int:
     host, port = server.address
     # The line tests and scripts wait for; flushed so a pipe sees it at once.
     print(f"fmpi-relay listening on tcp://{host}:{port}", flush=True)
+    if server.probe_port:
+        print(f"fmpi-relay NAT probe port {server.probe_port} (ranks behind NATs connect to it too)", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

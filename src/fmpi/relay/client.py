@@ -128,7 +128,7 @@ class RelayConnection:
 
 
 def _resolve(host: str, port: int) -> tuple[str, int]:
-    info = socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)
+    info = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
     return info[0][4][:2]
 
 
@@ -137,7 +137,8 @@ def route_source_ip(url: str) -> str:
     host, port = parse_relay_url(url)
     try:
         target = _resolve(host, port)
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        family = socket.AF_INET6 if ":" in target[0] else socket.AF_INET
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
             probe.connect(target)
             return probe.getsockname()[0]
     except OSError as exc:

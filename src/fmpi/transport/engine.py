@@ -28,32 +28,28 @@ stream's lock, then a carrier's write lock; each may also be taken alone.
 
 from __future__ import annotations
 
-import os
 import socket
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Iterable, Protocol, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
-from ..relay.protocol import Kind as RelayKind
-from ..relay.protocol import ProtocolError
 from .assembler import FrameAssembler
-from .frames import Flag, FrameError, Header, Kind
-from .link import Link, PeerClosed, set_liveness
+from .carriers import READ, CarrierMixin, RelayHandler  # noqa: F401 - RelayHandler is part of the API
+from .frames import Flag, Header, Kind
+from .link import Link
 from .linkup import Linker
 from .matching import ANY_SOURCE, Matcher
 from .options import TransportOptions
 from .peers import Peer, PeerState
 from .progress import ProgressLoop
-from .relay_channel import RelayChannel, RelayLost, RelayRoute
+from .relay_channel import RelayChannel
 from .requests import Arrived, Op, RecvOp, SendOp, TransportError
 from .routes import Route
-from .stream import Carrier, Entry, Stream
+from .stream import Carrier, Stream
 
 Endpoint = tuple[str, int]
-
-DEBUG = bool(os.environ.get("FMPI_DEBUG_LINKS"))  # trace link set-up and failover on stderr
 
 # Frames at least this large that their sender waits on are acknowledged the
 # moment they are in; smaller ones once the read batch is done (one ACK for many).
@@ -61,19 +57,8 @@ EARLY_ACK = 256 * 1024
 _SYNC = int(Flag.SYNC)
 _ACK_NOW = int(Flag.ACK_NOW)
 
-READ = 1  # selectors.EVENT_READ
-WRITE = 2  # selectors.EVENT_WRITE
 
-
-class RelayHandler(Protocol):
-    """Who hears about relay events the transport does not handle itself (the rank's session)."""
-
-    def relay_control(self, kind: RelayKind, body: dict[str, Any]) -> None: ...
-    def relay_lost(self, error: Exception) -> None: ...
-    def link_event(self, info: dict[str, Any]) -> None: ...
-
-
-class Engine:
+class Engine(CarrierMixin):
     """Point-to-point message passing between the ranks of one job."""
 
     def __init__(
@@ -266,36 +251,6 @@ class Engine:
         with self._lock:
             return [p.stats() for p in sorted(self._peers.values(), key=lambda p: p.rank) if p.kind is not None]
 
-    # -------------------------------------------------------------- the relay
-    def attach_relay(self, sock: socket.socket, handler: RelayHandler, leftover: bytes = b"") -> None:
-        """Use `sock` (the rank's registered relay connection) for control, punching and relayed links."""
-        channel = RelayChannel(
-            sock, on_forward=self._on_forward, on_control=self._on_relay_control, leftover=leftover,
-            chunk=self.options.relay_chunk,
-        )
-        with self._lock:
-            self._relay = channel
-            self._relay_handler = handler
-        self._loop.call_soon(lambda: self._register_relay(channel))
-
-    def has_relay(self) -> bool:
-        return self._relay is not None
-
-    @property
-    def relay(self) -> RelayChannel | None:
-        return self._relay
-
-    def relay_send(self, kind: RelayKind, body: dict[str, Any], flush_timeout: float = 2.0) -> None:
-        """A control frame to the relay (thread-safe); written at once if the progress thread is gone."""
-        relay = self._relay
-        if relay is None:
-            raise TransportError("this rank has no relay connection", "ERR_RELAY")
-        if not relay.send_control(kind, body):
-            if self._loop.stopped:
-                relay.drain(flush_timeout)
-            else:
-                self._want_write(RelayRoute(relay, -1))
-
     # ------------------------------------------------------------- finalizing
     def close(self, timeout: float = 30.0) -> None:
         """Finalize: deliver everything sent (until acknowledged), say BYE to every peer, stop."""
@@ -360,21 +315,6 @@ class Engine:
                 for op in done:
                     self._complete_locked(op)
 
-    def _want_write(self, carrier: Carrier) -> None:
-        fileobj = self._relay.sock if isinstance(carrier, RelayRoute) and self._relay is not None else carrier.sock
-        if self._loop.in_loop():
-            self._loop.set_events(fileobj, READ | WRITE)
-        else:
-            self._loop.call_soon(lambda: self._loop.set_events(fileobj, READ | WRITE))
-
-    def _written(self, tokens: list[object]) -> None:
-        """Frames a carrier finished writing: complete the sends that complete on write."""
-        with self._lock:
-            for token in tokens:
-                if isinstance(token, Entry) and token.on_write and token.op is not None:
-                    self._complete_locked(token.op)
-            self._cond.notify_all()
-
     def _matched_sync(self, source: int, sync: int | SendOp | None) -> None:
         """A synchronous send was matched: tell its sender (or complete it, for a self-send)."""
         if isinstance(sync, SendOp):
@@ -399,16 +339,6 @@ class Engine:
                 if op.sync:
                     return
             self._complete_locked(op)
-
-    def _send_control_via_relay(self, peer: Peer, what: str) -> None:
-        """An unsequenced frame (PUNCH or RESUME) to `peer` through the relay (lock may be held)."""
-        relay = self._relay
-        if relay is None:
-            return
-        kind = Kind.PUNCH if what == "punch" else Kind.RESUME
-        route = RelayRoute(relay, peer.rank)
-        if not route.write(peer.stream.control(kind), None):
-            self._want_write(route)
 
     # ============================================================ receive paths
     def frame_started(self, source: FrameAssembler, header: Header) -> memoryview | None:
@@ -555,11 +485,6 @@ class Engine:
         if self._fatal is not None:
             raise self._fatal
 
-    # ================================================= links: install, lose, relay
-    def debug(self, message: str) -> None:
-        if DEBUG:
-            print(f"fmpi: rank {self.rank} [{time.monotonic():.3f}]: {message}", file=sys.stderr, flush=True)
-
     def _peer(self, rank: int) -> Peer:
         peer = self._peers.get(rank)
         if peer is None:
@@ -572,289 +497,6 @@ class Engine:
             )
             peer = self._peers[rank] = Peer(rank, stream)
         return peer
-
-    def _install(self, rank: int, sock: socket.socket, channel: str, role: str) -> None:
-        """An authenticated connection to `rank`: make it the pair's carrier (pool thread)."""
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            set_liveness(sock, self.options.link_timeout)
-        except OSError:
-            pass
-        link = Link(rank, sock, self, channel)
-        with self._lock:
-            peer = self._peers[rank]
-            if role == "acceptor":
-                peer.accepting = False
-            else:
-                peer.handshakes_out -= 1
-            if peer.state is not PeerState.SETUP:
-                sock.close()
-                self._linker._advance(peer)
-                return
-            peer.state = PeerState.LINKED
-            peer.link = link
-            peer.kind = channel
-            self.debug(f"linked to {rank}: {channel} as {role}, {sock.getsockname()} -> {sock.getpeername()}")
-            peer.setup_seconds = time.monotonic() - (peer.setup_started or time.monotonic())
-            self._linker.cancel_punch(rank)
-            queued, done = peer.stream.attach(link)
-            for op in done:
-                self._complete_locked(op)
-            info = peer.stats()
-        self._loop.call_soon(lambda: self._register_link(link))
-        self._report_link(info, "up")
-
-    def _register_link(self, link: Link) -> None:
-        with self._lock:
-            peer = self._peers.get(link.peer)
-            current = peer is not None and peer.link is link and peer.state is PeerState.LINKED
-        if not current:
-            return
-        events = READ | (WRITE if link.has_queued() else 0)
-        self._loop.register(link.sock, events, lambda mask: self._on_link_event(link, mask))
-
-    def _on_link_event(self, link: Link, mask: int) -> None:
-        if link.retired:
-            return
-        try:
-            if mask & WRITE:
-                tokens, empty = link.flush()
-                if empty:
-                    self._loop.set_events(link.sock, READ)
-                self._written(tokens)
-            if mask & READ:
-                link.on_readable()
-        except PeerClosed:
-            self._link_closed(link, None)
-        except (OSError, FrameError) as exc:
-            self._link_closed(link, exc)
-        finally:
-            self._after_reads()
-
-    def _retire_link(self, link: Link) -> None:
-        """This link carries nothing more, starting now (lock held).
-
-        On the progress thread it is unregistered at once, so that an event
-        for it already returned by this round of ``select`` cannot feed a
-        frame from it after the pair moved to the relay.
-        """
-        link.retired = True
-        if self._loop.in_loop():
-            self._drop_link(link)
-        else:
-            self._loop.call_soon(lambda: self._drop_link(link))
-
-    def _drop_link(self, link: Link) -> None:
-        """Forget a TCP link (progress thread)."""
-        link.retired = True
-        self._loop.unregister(link.sock)
-        link.drop_queue()
-        try:
-            link.sock.close()
-        except OSError:
-            pass
-
-    def _link_closed(self, link: Link, exc: BaseException | None) -> None:
-        self._drop_link(link)
-        with self._lock:
-            peer = self._peers.get(link.peer)
-            if peer is None or peer.link is not link:
-                return
-            self.debug(f"link to {link.peer} closed: {exc!r} (heard BYE: {peer.heard_bye})")
-            if peer.heard_bye or self._closing:
-                # It finalized (EOF, or a reset when it closed with our last frames
-                # unread), or we did and it closed after our BYE: nothing to save.
-                reason = TransportError(f"rank {link.peer} has finalized; it sends nothing more", "ERR_PEER_FINALIZED")
-            elif peer.lost is not None:
-                reason = peer.lost
-            elif isinstance(exc, FrameError):
-                reason = TransportError(f"link to rank {link.peer} failed: {exc}", "ERR_PEER_DIED")
-            elif self._relay is not None and self.options.channel == "auto":
-                self._go_relay_locked(peer)  # failover: resend what it has not acknowledged
-                return
-            elif exc is None:
-                reason = TransportError(
-                    f"rank {link.peer} closed its connection unexpectedly (did it exit or crash?)", "ERR_PEER_DIED"
-                )
-            else:
-                reason = TransportError(f"link to rank {link.peer} failed: {exc}", "ERR_PEER_DIED")
-            self._fail_peer_locked(peer, reason)
-
-    def _go_relay_locked(self, peer: Peer) -> None:
-        """Carry this pair through the relay from now on (lock held). The peer answers with RESUME."""
-        relay = self._relay
-        if relay is None:
-            self._fail_peer_locked(peer, TransportError(f"cannot reach rank {peer.rank}: no relay", "ERR_UNREACHABLE"))
-            return
-        rank = peer.rank
-        old = peer.link
-        self.debug(f"pair with {rank} goes through the relay (was {peer.state.name}, errors: {peer.errors})")
-        if old is not None:
-            peer.failovers += 1
-            peer.link = None
-            self._old_links.append(old)
-            self._retire_link(old)
-            self._repost_inflight(rank)
-        peer.state = PeerState.RELAYED
-        peer.kind = "relayed"
-        self._linker.cancel_punch(rank)
-        peer.stream.detach()
-        self._send_control_via_relay(peer, "resume")
-        peer.awaiting_resume = True
-        self._loop.call_later(self.options.resume_timeout, lambda: self._resume_overdue(rank))
-
-    def _on_resume(self, rank: int, upto: int) -> None:
-        """The peer now carries our pair through the relay and holds all our frames below `upto`."""
-        relay = self._relay
-        if relay is None:
-            return
-        with self._lock:
-            peer = self._peer(rank)
-            self.debug(f"RESUME from {rank} at {upto} (we are {peer.state.name})")
-            if peer.state is PeerState.GONE:
-                return
-            if peer.state is not PeerState.RELAYED:
-                if peer.setup_started is None or peer.state is PeerState.NONE:
-                    peer.setup_started = time.monotonic()
-                self._go_relay_locked(peer)
-            first = peer.awaiting_resume and peer.setup_seconds is None
-            peer.awaiting_resume = False
-            if peer.setup_seconds is None:
-                peer.setup_seconds = time.monotonic() - (peer.setup_started or time.monotonic())
-            queued, done = peer.stream.attach(RelayRoute(relay, rank), resume_from=upto)
-            for op in done:
-                self._complete_locked(op)
-            info = peer.stats()
-            failover = peer.failovers > 0
-        self._after_write(queued, [])
-        if first or failover:
-            self._report_link(info, "failover" if failover else "up")
-
-    def _resume_overdue(self, rank: int) -> None:
-        with self._lock:
-            peer = self._peers.get(rank)
-            if peer is None or peer.state is not PeerState.RELAYED or not peer.awaiting_resume:
-                return
-            t = self.options.resume_timeout
-            self._fail_peer_locked(
-                peer,
-                TransportError(
-                    f"rank {rank} did not answer through the relay within {t:g} s (is it hung or stopped?)", "ERR_PEER_DIED"
-                ),
-            )
-
-    def _repost_inflight(self, rank: int) -> None:
-        """A frame was arriving on a link that died: its receive goes back where it was (lock held)."""
-        recv, _ = self._inflight.pop(rank, (None, None))
-        if recv is not None and not recv.done:
-            self._matcher.repost(recv)
-
-    def _fail_peer_locked(self, peer: Peer, reason: TransportError) -> None:
-        """`peer` is unreachable for good: fail everything that depends on it (lock held)."""
-        if peer.state is PeerState.GONE:
-            return
-        rank = peer.rank
-        peer.state = PeerState.GONE
-        peer.error = reason
-        link = peer.link  # (kept on the peer, closed, for its byte counts)
-        peer.awaiting_resume = False
-        self._linker.cancel_punch(rank)
-        failed: list[Op] = list(peer.stream.fail(reason))
-        failed += self._matcher.take_posted_where(lambda r: r.source == rank)
-        recv, _ = self._inflight.pop(rank, (None, None))
-        if recv is not None:
-            failed.append(recv)
-        for op in failed:
-            if not op.done:
-                op.error = reason
-                self._complete_locked(op)
-        self._cond.notify_all()
-        if link is not None:
-            self._retire_link(link)
-
-    def _report_link(self, info: dict[str, Any], event: str) -> None:
-        handler = self._relay_handler
-        if handler is not None:
-            try:
-                handler.link_event(dict(info, event=event))
-            except Exception as exc:  # reporting must never break a link
-                print(f"fmpi: rank {self.rank}: cannot report a link: {exc!r}", file=sys.stderr)
-
-    # ====================================================== the relay connection
-    def _register_relay(self, channel: RelayChannel) -> None:
-        events = READ | (WRITE if channel.has_queued() else 0)
-        self._loop.register(channel.sock, events, self._on_relay_event)
-
-    def _on_relay_event(self, mask: int) -> None:
-        relay = self._relay
-        assert relay is not None
-        try:
-            if mask & WRITE:
-                tokens, empty = relay.flush()
-                if empty:
-                    self._loop.set_events(relay.sock, READ)
-                self._written(tokens)
-            if mask & READ:
-                relay.on_readable()
-        except (RelayLost, ProtocolError, OSError) as exc:
-            self._loop.unregister(relay.sock)
-            handler = self._relay_handler
-            if handler is not None:
-                handler.relay_lost(exc)
-        finally:
-            self._after_reads()
-
-    def _on_forward(self, src: int, chunk: memoryview) -> None:
-        """A chunk of a peer's relayed stream (progress thread)."""
-        if not 0 <= src < self.size or src == self.rank:
-            return
-        asm = self._relay_asm.get(src)
-        if asm is None:
-            with self._lock:
-                self._peer(src)
-            asm = self._relay_asm[src] = FrameAssembler(src, "relay", self)
-        try:
-            asm.feed(chunk)
-        except FrameError as exc:
-            with self._lock:
-                self._fail_peer_locked(self._peers[src], TransportError(f"relayed link to rank {src} failed: {exc}", "ERR_PEER_DIED"))
-
-    def _on_relay_control(self, kind: RelayKind, body: dict[str, Any]) -> None:
-        if kind in (RelayKind.UNDELIVERABLE, RelayKind.PEER_LOST):
-            rank = body.get("rank")
-            if isinstance(rank, int) and 0 <= rank < self.size and rank != self.rank:
-                self._peer_gone(rank, str(body.get("reason", "lost")))
-            return
-        handler = self._relay_handler
-        if handler is not None:
-            handler.relay_control(kind, body)
-
-    def _peer_gone(self, rank: int, why: str) -> None:
-        """The relay says `rank` left the job (finished, or lost without finalizing)."""
-        if why == "finished":
-            reason = TransportError(f"rank {rank} has finalized; it sends nothing more", "ERR_PEER_FINALIZED")
-        else:
-            reason = TransportError(
-                f"rank {rank} is gone: it left the job without finalizing (did it exit or crash?)", "ERR_PEER_DIED"
-            )
-        with self._lock:
-            peer = self._peer(rank)
-            if peer.state is PeerState.LINKED and peer.link is not None:
-                # Its last frames may still be in our socket: let the link's EOF end it.
-                peer.lost = reason
-                return
-            self._fail_peer_locked(peer, reason)
-
-    # ============================================================ the listener
-    def _on_acceptable(self, _mask: int) -> None:
-        try:
-            sock, _addr = self._listener.accept()
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as exc:
-            print(f"fmpi: rank {self.rank}: accept failed: {exc}", file=sys.stderr)
-            return
-        self._linker.accepted(sock)
 
     # ================================================================= stopping
     def _stop_loop(self) -> None:

@@ -10,6 +10,7 @@ experiment overrides from the environment:
     FMPI_LINK_TIMEOUT=S                    a silent TCP link counts as dead after S (default 10)
     FMPI_RESUME_TIMEOUT=S                  wait for a peer to answer through the relay (default 20)
     FMPI_DIRECT_TIMEOUT=S                  plain connect attempt (default 2)
+    FMPI_DEBUG_LINKS=1                     trace link set-up and failover on stderr
 """
 
 from __future__ import annotations

@@ -162,7 +162,7 @@ class _Rank:
                 self.timings["run"] = round(time.time() - t_run, 6)
                 out.flush()
         moved = _bytes_moved(session)
-        links = _quiet(getattr(session.engine, "link_stats", session.engine.link_summary))
+        links = _quiet(session.engine.link_stats) if hasattr(session.engine, "link_stats") else _quiet(session.engine.link_summary)
         if error is not None:
             reason = f"uncaught {type(error).__name__} on rank {self.rank}: {error}"
             self.log.error(f"the program raised: {reason}")
@@ -350,15 +350,8 @@ def _end_session(session: bootstrap.RankSession, code: int, abort_reason: str | 
     session.finalize(code)
 
 
-def _bytes_moved(session: bootstrap.RankSession) -> dict[str, int] | None:
-    engine = session.engine
-    try:
-        if hasattr(engine, "traffic"):
-            return dict(engine.traffic())  # links and the relay connection
-        links = [p.link for p in list(engine._peers.values()) if p.link is not None]  # older engines
-        return {"sent": sum(link.bytes_out for link in links), "received": sum(link.bytes_in for link in links)}
-    except Exception:  # noqa: BLE001 - a summary without byte counts is still a summary
-        return None
+def _bytes_moved(session: bootstrap.RankSession) -> dict[str, int]:
+    return dict(session.engine.traffic())  # links and the relay connection
 
 
 # ------------------------------------------------------------------------ helpers
