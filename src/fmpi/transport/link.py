@@ -24,10 +24,9 @@ fails with ETIMEDOUT and the engine fails it over to the relay.
 from __future__ import annotations
 
 import socket
-import threading
-from collections import deque
 
 from .assembler import FrameAssembler, FrameSink
+from .queued_writer import QueuedWriter
 
 STAGE_SIZE = 256 * 1024
 # Below this many outstanding payload bytes we keep going through the stage;
@@ -58,10 +57,10 @@ def set_liveness(sock: socket.socket, timeout: float) -> None:
                 pass
 
 
-class Link:
+class Link(QueuedWriter):
     """A TCP carrier. ``write`` may be called from any thread; reading only by the progress thread."""
 
-    __slots__ = ("peer", "sock", "kind", "asm", "_stage", "_view", "wlock", "_queue", "failed", "bytes_in", "bytes_out")
+    __slots__ = ("peer", "kind", "asm", "_stage", "_view", "bytes_in")
 
     @property
     def retired(self) -> bool:
@@ -73,19 +72,13 @@ class Link:
 
     def __init__(self, peer: int, sock: socket.socket, sink: FrameSink, kind: str = "direct") -> None:
         self.peer = peer
-        self.sock = sock
+        self._init_writer(sock)
         self.kind = kind  # how it was made: "direct" or "punched"
         sock.setblocking(False)
         self.asm = FrameAssembler(peer, "tcp", sink)
         self._stage = bytearray(STAGE_SIZE)
         self._view = memoryview(self._stage)
-        self.wlock = threading.Lock()
-        # (frame parts, token): the token is handed back by flush() once the frame is out
-        self._queue: deque[tuple[list[memoryview], object | None]] = deque()
-        # A write error seen by a sending thread; the progress thread raises it (and fails the link over).
-        self.failed: OSError | None = None
         self.bytes_in = 0
-        self.bytes_out = 0
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -134,74 +127,15 @@ class Link:
         with self.wlock:
             return self.write_held(parts, token)
 
-    def write_held(self, parts: list[memoryview], token: object | None) -> bool:
-        """``write`` for a caller that already holds ``wlock``."""
-        if not self._queue:
-            parts = self._write(parts)
-            if not parts:
-                return True
-        self._queue.append((parts, token))
-        return False
-
     def flush(self) -> tuple[list[object], bool]:
-        """Progress-thread side of writing: (tokens of frames now fully out, queue empty)."""
-        done: list[object] = []
-        with self.wlock:
-            if self.failed is not None:
-                raise self.failed
-            while self._queue:
-                parts, token = self._queue[0]
-                rest = self._write(parts)
-                if self.failed is not None:
-                    raise self.failed
-                if rest:
-                    self._queue[0] = (rest, token)
-                    return done, False
-                self._queue.popleft()
-                if token is not None:
-                    done.append(token)
-            return done, True
-
-    def has_queued(self) -> bool:
-        return bool(self._queue)
+        if self.failed is not None:  # a sender hit the error first; fail over even with nothing queued
+            raise self.failed
+        return super().flush()
 
     def drop_queue(self) -> None:
         """The link is being abandoned: forget unsent bytes (the stream resends what matters)."""
         with self.wlock:
             self._queue.clear()
 
-    def _write(self, parts: list[memoryview]) -> list[memoryview]:
-        """sendmsg until the kernel stops taking bytes; return what is left.
 
-        An error (the connection broke) is kept in ``failed`` rather than
-        raised, so a sending thread never sees it: its frame stays queued and
-        the progress thread fails the link over.
-        """
-        if self.failed is not None:
-            return parts
-        while parts:
-            try:
-                n = self.sock.sendmsg(parts)
-            except (BlockingIOError, InterruptedError):
-                return parts
-            except OSError as exc:
-                self.failed = exc
-                return parts
-            self.bytes_out += n
-            parts = advance_parts(parts, n)
-        return parts
-
-
-def advance_parts(parts: list[memoryview], n: int) -> list[memoryview]:
-    """Drop the first `n` bytes of a list of buffers."""
-    i = 0
-    while i < len(parts) and n >= len(parts[i]):
-        n -= len(parts[i])
-        i += 1
-    rest = parts[i:]
-    if rest and n:
-        rest[0] = rest[0][n:]
-    return rest
-
-
-__all__ = ["Link", "PeerClosed", "STAGE_SIZE", "advance_parts", "set_liveness"]
+__all__ = ["Link", "PeerClosed", "STAGE_SIZE", "set_liveness"]

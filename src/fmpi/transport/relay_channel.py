@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import select
 import socket
-import threading
 import time
-from collections import deque
 from typing import Any, Callable
 
 from ..relay.protocol import (
@@ -35,7 +33,7 @@ from ..relay.protocol import (
     encode,
     forward_header,
 )
-from .link import advance_parts
+from .queued_writer import QueuedWriter
 
 READ_SIZE = 256 * 1024
 
@@ -44,7 +42,7 @@ class RelayLost(Exception):
     """The relay connection closed or broke."""
 
 
-class RelayChannel:
+class RelayChannel(QueuedWriter):
     def __init__(
         self,
         sock: socket.socket,
@@ -54,17 +52,13 @@ class RelayChannel:
         leftover: bytes = b"",
         chunk: int = 256 * 1024,
     ) -> None:
-        self.sock = sock
+        self._init_writer(sock)
         sock.setblocking(False)
         self._on_forward = on_forward
         self._on_control = on_control
         self._chunk = chunk
         self._rbuf = bytearray(leftover)
-        self.wlock = threading.Lock()
-        self._queue: deque[tuple[list[memoryview], object | None]] = deque()
-        self.failed: OSError | None = None
         self.bytes_in = 0
-        self.bytes_out = 0
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -125,7 +119,7 @@ class RelayChannel:
     def _forward_frames(self, frames: list[list[memoryview]], token: object | None) -> bool:
         written = True
         for i, frame in enumerate(frames):
-            if not self._send_locked(frame, token if i == len(frames) - 1 else None):
+            if not self.write_held(frame, token if i == len(frames) - 1 else None):
                 written = False
         return written
 
@@ -141,27 +135,10 @@ class RelayChannel:
 
     def send_control(self, kind: Kind, body: dict[str, Any] | None = None) -> bool:
         with self.wlock:
-            return self._send_locked([memoryview(encode(kind, body))], None)
+            return self.write_held([memoryview(encode(kind, body))], None)
 
-    def flush(self) -> tuple[list[object], bool]:
-        """Progress-thread side: (tokens of frames now fully out, queue empty). Raises on a broken connection."""
-        done: list[object] = []
-        with self.wlock:
-            while self._queue:
-                parts, token = self._queue[0]
-                rest = self._write(parts)
-                if self.failed is not None:
-                    raise RelayLost(str(self.failed))
-                if rest:
-                    self._queue[0] = (rest, token)
-                    return done, False
-                self._queue.popleft()
-                if token is not None:
-                    done.append(token)
-            return done, True
-
-    def has_queued(self) -> bool:
-        return bool(self._queue)
+    def _lost(self, error: OSError) -> Exception:
+        return RelayLost(str(error))
 
     def drain(self, timeout: float) -> bool:
         """Block until everything queued is written (for use when no progress thread runs)."""
@@ -204,29 +181,6 @@ class RelayChannel:
             pass
         finally:
             self.sock.close()
-
-    def _send_locked(self, frame: list[memoryview], token: object | None) -> bool:
-        if not self._queue:
-            frame = self._write(frame)
-            if not frame:
-                return True
-        self._queue.append((frame, token))
-        return False
-
-    def _write(self, parts: list[memoryview]) -> list[memoryview]:
-        if self.failed is not None:
-            return parts
-        while parts:
-            try:
-                n = self.sock.sendmsg(parts)
-            except (BlockingIOError, InterruptedError):
-                return parts
-            except OSError as exc:
-                self.failed = exc
-                return parts
-            self.bytes_out += n
-            parts = advance_parts(parts, n)
-        return parts
 
 
 class RelayRoute:

@@ -1,0 +1,90 @@
+"""Non-blocking writes of whole frames to one socket, for every carrier (TCP links and the relay).
+
+The calling thread writes directly while the queue is empty; whatever the
+kernel does not take is queued, and the progress thread finishes it when the
+socket becomes writable (``flush``). A write error is kept in ``failed``
+rather than raised, so a sending thread never sees it: its frame stays queued
+and the progress thread fails the carrier over.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections import deque
+
+
+def advance_parts(parts: list[memoryview], n: int) -> list[memoryview]:
+    """Drop the first `n` bytes of a list of buffers."""
+    i = 0
+    while i < len(parts) and n >= len(parts[i]):
+        n -= len(parts[i])
+        i += 1
+    rest = parts[i:]
+    if rest and n:
+        rest[0] = rest[0][n:]
+    return rest
+
+
+class QueuedWriter:
+    __slots__ = ("sock", "wlock", "_queue", "failed", "bytes_out")
+
+    def _init_writer(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.wlock = threading.Lock()
+        self._queue: deque[tuple[list[memoryview], object | None]] = deque()
+        self.failed: OSError | None = None
+        self.bytes_out = 0
+
+    def write_held(self, parts: list[memoryview], token: object | None) -> bool:
+        """Write one frame (caller holds ``wlock``): True when it went out whole, False when (part of) it is queued.
+
+        On False the caller must ask the progress thread to wait for write
+        readiness, and gets `token` back from ``flush`` later.
+        """
+        if not self._queue:
+            parts = self._write(parts)
+            if not parts:
+                return True
+        self._queue.append((parts, token))
+        return False
+
+    def flush(self) -> tuple[list[object], bool]:
+        """Progress-thread side: (tokens of frames now fully out, queue empty). Raises ``_lost`` on a broken socket."""
+        done: list[object] = []
+        with self.wlock:
+            while self._queue:
+                parts, token = self._queue[0]
+                rest = self._write(parts)
+                if self.failed is not None:
+                    raise self._lost(self.failed)
+                if rest:
+                    self._queue[0] = (rest, token)
+                    return done, False
+                self._queue.popleft()
+                if token is not None:
+                    done.append(token)
+            return done, True
+
+    def has_queued(self) -> bool:
+        return bool(self._queue)
+
+    def _lost(self, error: OSError) -> Exception:
+        """The exception ``flush`` raises for a write error (carriers name their own)."""
+        return error
+
+    def _write(self, parts: list[memoryview]) -> list[memoryview]:
+        """sendmsg until the kernel stops taking bytes; return what is left."""
+        if self.failed is not None:
+            return parts
+        while parts:
+            try:
+                n = self.sock.sendmsg(parts)
+            except (BlockingIOError, InterruptedError):
+                return parts
+            except OSError as exc:
+                self.failed = exc
+                return parts
+            self.bytes_out += n
+            parts = advance_parts(parts, n)
+        return parts
