@@ -168,7 +168,8 @@ def test_a_world_that_never_fills_names_the_missing_rank(program, tmp_path):
     assert not pids_alive(int(p.name) for p in pids.iterdir())
 
 
-def test_ctrl_c_stops_every_rank(program, tmp_path):
+def _sleeping_ranks(program, tmp_path):
+    """A program whose ranks join, record their pid in the returned folder, and sleep."""
     pids = tmp_path / "pids"
     pids.mkdir()
     prog = program(
@@ -179,6 +180,11 @@ def test_ctrl_c_stops_every_rank(program, tmp_path):
         time.sleep(600)
         """
     )
+    return prog, pids
+
+
+def test_ctrl_c_stops_every_rank(program, tmp_path):
+    prog, pids = _sleeping_ranks(program, tmp_path)
     proc = subprocess.Popen(fmpirun_argv("-n", "3", PY, str(prog)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wait_for_file(lambda: len(list(pids.iterdir())) == 3, timeout=30)
     proc.send_signal(signal.SIGINT)
@@ -189,16 +195,7 @@ def test_ctrl_c_stops_every_rank(program, tmp_path):
 
 
 def test_killing_fmpirun_outright_takes_the_ranks_with_it(program, tmp_path):
-    pids = tmp_path / "pids"
-    pids.mkdir()
-    prog = program(
-        f"""
-        import os, time
-        from mpi4py import MPI
-        open(os.path.join({str(pids)!r}, str(os.getpid())), "w").close()
-        time.sleep(600)
-        """
-    )
+    prog, pids = _sleeping_ranks(program, tmp_path)
     proc = subprocess.Popen(fmpirun_argv("-n", "2", PY, str(prog)), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_for_file(lambda: len(list(pids.iterdir())) == 2, timeout=30)
     proc.kill()
