@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests_support import fmpirun_argv
+from tests_support import fmpirun_argv, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -77,3 +79,34 @@ def fmpi():
 @pytest.fixture
 def mpich():
     return run_mpich
+
+
+# ---------------------------------------------------------------- a real redis-server (for tests outside tests/relay)
+@pytest.fixture(scope="module")
+def redis_server():
+    """(url, client) of a fresh redis-server on a free port, password required, nothing persisted; always stopped."""
+    binary = shutil.which("redis-server")
+    assert binary, "redis-server is not installed (scripts/test.sh installs it)"
+    port, password = free_port(), "pw-for-tests"
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--requirepass", password],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    import redis
+
+    client = redis.Redis(host="127.0.0.1", port=port, password=password)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            if time.monotonic() > deadline:
+                proc.kill()
+                raise
+            time.sleep(0.05)
+    yield f"redis://:{password}@127.0.0.1:{port}/0", client
+    client.close()
+    proc.terminate()
+    proc.wait(10)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-import os
+import re
+import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -35,3 +37,58 @@ def wait_for_file(condition: Callable[[], bool], timeout: float) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError("condition not met in time")
         time.sleep(0.05)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def verdict(result, label: str) -> int:
+    """A checking program's run: exit 0, no FAIL line, and a positive CASES count (returned)."""
+    assert result.returncode == 0, f"{label}: exit {result.returncode}\n{result.stderr[-4000:]}\n{result.stdout[-2000:]}"
+    fails = [line for line in result.stdout.splitlines() if line.startswith("FAIL")]
+    assert not fails, f"{label}: {len(fails)} failed cases:\n" + "\n".join(fails[:40])
+    counts = [int(m.group(1)) for m in re.finditer(r"^CASES (\d+)$", result.stdout, re.MULTILINE)]
+    assert counts and counts[0] > 0, f"{label}: the program reported no cases\n{result.stdout[-2000:]}"
+    return counts[0]
+
+
+class RelayProcess:
+    """A real `fmpi-relay` subprocess on a free port (the relay picks it: no race for the port).
+
+    `scheme` is what it must say it listens on (tls, given --tls-cert and
+    --tls-key); with `keep_stderr` its stderr is kept, for a failed start's
+    error and for what ``stop()`` returns.
+    """
+
+    def __init__(self, *args: str, scheme: str = "tcp", keep_stderr: bool = False) -> None:
+        self.proc = subprocess.Popen(
+            [str(BIN / "fmpi-relay"), "--host", "127.0.0.1", "--port", "0", "--probe-port", "-1", "--log-level", "WARNING", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE if keep_stderr else subprocess.DEVNULL,
+            text=True,
+        )
+        line = self.proc.stdout.readline()
+        if not line.startswith(f"fmpi-relay listening on {scheme}://"):
+            err = self.stop()
+            raise RuntimeError(f"fmpi-relay did not start: {line!r}" + (f" {err!r}" if keep_stderr else ""))
+        self.url = line.split()[-1]
+        host, port = self.url[len(f"{scheme}://") :].rsplit(":", 1)
+        self.address = (host, int(port))
+
+    def stop(self) -> str:
+        """Terminate it (kill after 10 s); its stderr if kept, else ''."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        err = self.proc.stderr.read() if self.proc.stderr else ""
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream:
+                stream.close()
+        return err

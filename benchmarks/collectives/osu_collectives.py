@@ -195,7 +195,7 @@ def table(n: int, results: dict[str, dict], args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -209,7 +209,7 @@ def main() -> None:
     parser.add_argument("--mpich-tcp", choices=sorted(TCP_ENVS), default="ofi", help="MPICH netmod forced onto TCP (default ofi)")
     parser.add_argument("--repeat", type=int, default=1, help="run every backend this many times, interleaved; keep each minimum")
     parser.add_argument("--timeout", type=float, default=1800)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     args.colls = [c.strip() for c in args.colls.split(",") if c.strip()]
     if args.sizes:
         args.sizes = [parse_size(s) for s in str(args.sizes).split(",")]
@@ -217,6 +217,22 @@ def main() -> None:
         args.sizes = QUICK_SIZES if args.quick else FULL_SIZES
     if args.scale is None:
         args.scale = 0.3 if args.quick else 1.0
+    return args
+
+
+def measure(args: argparse.Namespace, n: int) -> dict[str, dict[tuple[str, int], float]]:
+    """{backend: {(collective, bytes): µs}} at N = n; a backend that failed has an empty dict."""
+    results: dict[str, dict] = {b: {} for b in ("fmpi", "mpich-shm", "mpich-tcp")}
+    for _ in range(args.repeat):
+        for b in results:
+            if b in args.backends.split(","):
+                for key, usec in run_backend(b, n, args).items():
+                    results[b][key] = min(usec, results[b].get(key, usec))
+    return results
+
+
+def main() -> None:
+    args = parse_args()
     if args.worker:
         worker(args)
         return
@@ -225,13 +241,7 @@ def main() -> None:
     if args.repeat > 1:
         print(f"Each cell: the minimum over {args.repeat} runs, the backends interleaved.\n")
     for n in (int(x) for x in args.ns.split(",")):
-        results: dict[str, dict] = {b: {} for b in ("fmpi", "mpich-shm", "mpich-tcp")}
-        for _ in range(args.repeat):
-            for b in results:
-                if b in args.backends.split(","):
-                    for key, usec in run_backend(b, n, args).items():
-                        results[b][key] = min(usec, results[b].get(key, usec))
-        print(table(n, results, args))
+        print(table(n, measure(args, n), args))
         print()
         sys.stdout.flush()
     if NOTES:

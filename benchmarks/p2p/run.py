@@ -3,10 +3,16 @@
     python benchmarks/p2p/run.py [--max-size BYTES] [--seconds S]
 
 Prints a Markdown table: latency (half round trip) and bandwidth per message
-size, with the ratios the project's targets are stated in.
+size, with the ratios the project's targets are stated in. ``measure`` and
+``markdown`` are what benchmarks/report.py calls.
+
+"MPICH tcp" forces MPICH onto sockets the way benchmarks/collectives/osu_collectives.py
+does (``TCP_ENVS`` there): ``MPIR_CVAR_NOLOCAL=1`` alone leaves local traffic on UCX's
+shared memory.
 """
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -15,6 +21,14 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 BIN = Path(sys.executable).parent
+BACKENDS = ["raw socket", "fmpi", "MPICH tcp", "MPICH shm"]
+
+
+def _tcp_envs() -> dict[str, dict[str, str]]:
+    spec = importlib.util.spec_from_file_location("osu_collectives", HERE.parent / "collectives" / "osu_collectives.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.TCP_ENVS
 
 
 def collect(argv: list[str], env: dict | None = None) -> dict[int, dict]:
@@ -23,34 +37,44 @@ def collect(argv: list[str], env: dict | None = None) -> dict[int, dict]:
     return {r["size"]: r for r in rows}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--max-size", type=int, default=64 << 20)
-    parser.add_argument("--seconds", type=float, default=0.3)
-    args = parser.parse_args()
-    flags = ["--max-size", str(args.max_size), "--seconds", str(args.seconds)]
+def measure(max_size: int = 64 << 20, seconds: float = 0.3, mpich_tcp: str = "ofi") -> dict[str, dict[int, dict]]:
+    """{backend: {size: {"size", "latency_us", "bandwidth_MBps"}}} for BACKENDS, measured one after the other."""
+    flags = ["--max-size", str(max_size), "--seconds", str(seconds)]
     prog = [sys.executable, str(HERE / "osu_p2p.py"), *flags]
     clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    runs = {
+    return {
         "raw socket": collect([sys.executable, str(HERE / "raw_socket.py"), *flags]),
         "fmpi": collect([str(BIN / "fmpirun"), "-n", "2", *prog]),
-        "MPICH tcp": collect([str(BIN / "mpiexec"), "-n", "2", *prog], dict(clean, MPIR_CVAR_NOLOCAL="1")),
+        "MPICH tcp": collect([str(BIN / "mpiexec"), "-n", "2", *prog], dict(clean, **_tcp_envs()[mpich_tcp])),
         "MPICH shm": collect([str(BIN / "mpiexec"), "-n", "2", *prog], clean),
     }
+
+
+def markdown(runs: dict[str, dict[int, dict]]) -> str:
     names = list(runs)
-    print("| size | " + " | ".join(f"{n} lat µs" for n in names) + " | fmpi/raw | fmpi/MPICH tcp |")
-    print("|---:|" + "---:|" * (len(names) + 2))
+    raw, fmpi, tcp = (names.index(n) for n in ("raw socket", "fmpi", "MPICH tcp"))
+    lines = ["| size | " + " | ".join(f"{n} lat µs" for n in names) + " | fmpi/raw | fmpi/MPICH tcp |"]
+    lines.append("|---:|" + "---:|" * (len(names) + 2))
     for size in sorted(runs["fmpi"]):
         lat = [runs[n][size]["latency_us"] for n in names]
-        print(f"| {size} | " + " | ".join(f"{v:.1f}" for v in lat) + f" | {lat[1] / lat[0]:.2f} | {lat[1] / lat[2]:.2f} |")
-    print()
-    print("| size | " + " | ".join(f"{n} MB/s" for n in names) + " | fmpi/raw |")
-    print("|---:|" + "---:|" * (len(names) + 1))
+        lines.append(f"| {size} | " + " | ".join(f"{v:.1f}" for v in lat) + f" | {lat[fmpi] / lat[raw]:.2f} | {lat[fmpi] / lat[tcp]:.2f} |")
+    lines += ["", "| size | " + " | ".join(f"{n} MB/s" for n in names) + " | fmpi/raw |"]
+    lines.append("|---:|" + "---:|" * (len(names) + 1))
     for size in sorted(runs["fmpi"]):
         if not size:
             continue
         bw = [runs[n][size]["bandwidth_MBps"] for n in names]
-        print(f"| {size} | " + " | ".join(f"{v:.0f}" for v in bw) + f" | {bw[1] / bw[0]:.0%} |")
+        lines.append(f"| {size} | " + " | ".join(f"{v:.0f}" for v in bw) + f" | {bw[fmpi] / bw[raw]:.0%} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--max-size", type=int, default=64 << 20)
+    parser.add_argument("--seconds", type=float, default=0.3)
+    parser.add_argument("--mpich-tcp", choices=sorted(_tcp_envs()), default="ofi", help="MPICH netmod forced onto TCP")
+    args = parser.parse_args()
+    print(markdown(measure(args.max_size, args.seconds, args.mpich_tcp)))
 
 
 if __name__ == "__main__":

@@ -3,9 +3,6 @@
 Importing this module initializes MPI, as importing ``mpi4py.MPI`` does.
 """
 
-from __future__ import annotations
-
-from .api import exceptions as _errors
 from .api import runtime as _runtime
 from .api.comm import (
     ERRHANDLER_NULL,

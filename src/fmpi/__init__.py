@@ -3,4 +3,34 @@
 ``from fmpi import MPI`` (or ``from mpi4py import MPI`` under ``fmpirun``).
 """
 
+from __future__ import annotations
+
+import math
+import os
+import time
+from typing import Callable
+
 __version__ = "0.1.0"
+
+# Set by the Lambda handler for the length of one invocation: seconds left before the platform stops it.
+_remaining: Callable[[], float] | None = None
+
+
+def remaining_time() -> float:
+    """Seconds (a float, like ``MPI.Wtime``) until this rank's platform deadline.
+
+    On AWS Lambda: what the invocation's context says is left before the
+    function timeout (``get_remaining_time_in_millis``). Elsewhere: the time
+    left before ``FMPI_DEADLINE`` (epoch seconds) when that is set, else
+    ``math.inf`` (a local process has no platform limit). Never negative.
+    """
+    source = _remaining
+    if source is not None:
+        return max(0.0, float(source()))
+    deadline = os.environ.get("FMPI_DEADLINE")
+    if deadline:
+        try:
+            return max(0.0, float(deadline) - time.time())
+        except ValueError:
+            raise ValueError(f"FMPI_DEADLINE must be epoch seconds, not {deadline!r}") from None
+    return math.inf

@@ -8,22 +8,14 @@ program that silently checks nothing fails too).
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 import pytest
 
+from tests_support import verdict
+
 PROGRAMS = Path(__file__).parent / "programs"
 NS = [1, 2, 3, 4, 5, 7, 8]
-
-
-def verdict(result, label: str) -> int:
-    assert result.returncode == 0, f"{label}: exit {result.returncode}\n{result.stderr[-4000:]}\n{result.stdout[-2000:]}"
-    fails = [line for line in result.stdout.splitlines() if line.startswith("FAIL")]
-    assert not fails, f"{label}: {len(fails)} failed cases:\n" + "\n".join(fails[:40])
-    counts = [int(m.group(1)) for m in re.finditer(r"^CASES (\d+)$", result.stdout, re.MULTILINE)]
-    assert counts and counts[0] > 0, f"{label}: the program reported no cases\n{result.stdout[-2000:]}"
-    return counts[0]
 
 
 @pytest.fixture

@@ -47,6 +47,9 @@ class _Sink:
     def frame_finished(self, link: Link, header: Header, payload) -> None:
         self.frames += 1
 
+    def frame_whole(self, link: Link, header: Header, payload) -> None:
+        self.frames += 1
+
 
 def link_stream(data: bytes) -> None:
     """What a rank's link reader does with bytes from an (authenticated) peer."""

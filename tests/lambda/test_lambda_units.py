@@ -213,12 +213,12 @@ def test_bundle_vendors_what_the_runtime_lacks(tmp_path):
     assert any(n.startswith("numpy/") for n in names) and any(n.startswith("aws_lambda_powertools/") for n in names)
 
 
-def test_zip_over_the_upload_limit_is_refused(tmp_path, monkeypatch):
+def test_zip_over_the_upload_limit_is_built_for_s3(tmp_path, monkeypatch):
     code = _code(tmp_path)
     (code / "data.bin").write_bytes(os.urandom(64 * 1024))
-    monkeypatch.setattr(packaging, "ZIP_LIMIT", 32 * 1024)
-    with pytest.raises(packaging.PackagingError, match="the zip is .* Lambda accepts at most"):
-        packaging.build_bundle(code, vendor=False, cache_dir=tmp_path / "cache")
+    monkeypatch.setenv(packaging.ZIP_LIMIT_ENV, str(32 * 1024))
+    bundle = packaging.build_bundle(code, vendor=False, cache_dir=tmp_path / "cache")  # deploy sends it through S3
+    assert bundle.zipped_size > packaging.direct_upload_limit() == 32 * 1024
 
 
 def test_glibc_of_binary_wheels_is_checked():

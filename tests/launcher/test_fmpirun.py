@@ -150,6 +150,46 @@ def test_a_failing_rank_ends_the_job_and_is_named(program, tmp_path, action, cod
     assert not pids_alive(int(p.name) for p in pids.iterdir())
 
 
+KILLED_IN_A_COLLECTIVE = """
+import os
+import numpy as np
+from mpi4py import MPI
+c = MPI.COMM_WORLD
+x, y = np.ones(4), np.empty(4)
+c.Allreduce(x, y)  # every link is up
+if c.rank == {bad}:
+    os.kill(os.getpid(), 9)
+for _ in range(100000):
+    c.Allreduce(x, y, op=MPI.MAX)  # the others block on the dead rank
+"""
+
+
+@pytest.mark.parametrize("channel", ["direct", "relay"])
+def test_a_rank_killed_in_a_collective_is_named_not_the_ranks_that_noticed(program, channel):
+    # The survivors fail with "rank 2 is gone" or, once fmpirun has aborted
+    # the job, "job aborted"; some raise and abort in turn. Their aborts say
+    # they are consequences (a structured cause, not words in a message), so
+    # fmpirun reports the kill — whichever of the reports reaches it first.
+    prog = program(KILLED_IN_A_COLLECTIVE.format(bad=2))
+    result = run("-n", "4", "--channel", channel, PY, str(prog), timeout=60)
+    assert result.returncode == 137, result.stderr
+    assert "rank 2 was killed by signal SIGKILL" in result.stderr
+
+def test_a_rank_that_stops_responding_is_found_by_its_missing_heartbeat(program, tmp_path):
+    # SIGSTOP: the process lives and its kernel still answers TCP, so no link
+    # or connection breaks; only the heartbeats to the relay stop.
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    prog = program(BLOCKED_PEERS.format(pids=str(pids), bad=1, action="os.kill(os.getpid(), 19)"))
+    start = time.monotonic()
+    result = run("-n", "3", PY, str(prog), timeout=60)
+    elapsed = time.monotonic() - start
+    assert result.returncode == 1, result.stderr
+    assert "rank 1 stopped responding (no heartbeat for" in result.stderr
+    assert elapsed < 20, f"took {elapsed:.1f} s"  # the default bound is about 5 s after the stop
+    assert not pids_alive(int(p.name) for p in pids.iterdir())
+
+
 def test_a_world_that_never_fills_names_the_missing_rank(program, tmp_path):
     pids = tmp_path / "pids"
     pids.mkdir()
@@ -242,3 +282,37 @@ def test_local_ranks_share_the_cores_among_blas_threads():
     assert run("-n", "4", PY, "-c", code, env=env).stdout.split() == [expected, expected] * 4
     env["OMP_NUM_THREADS"] = "3"  # what the user set wins
     assert run("-n", "2", PY, "-c", code, env=env).stdout.split() == [str(max(1, (os.cpu_count() or 1) // 2)), "3"] * 2
+
+
+def test_fmpi_timeout_turns_a_deadlock_into_a_diagnosis(program):
+    prog = program(
+        """
+        import time
+        from mpi4py import MPI
+        c = MPI.COMM_WORLD
+        c.Barrier()
+        if c.rank == 0:
+            c.recv(source=1, tag=7)  # rank 1 never sends
+        elif c.rank == 1:
+            c.Barrier()  # rank 0 never arrives
+        else:
+            time.sleep(60)  # computing
+        """
+    )
+    start = time.monotonic()
+    result = run("-n", "3", PY, str(prog), timeout=60, env=dict(os.environ, FMPI_TIMEOUT="2"))
+    assert result.returncode != 0
+    assert time.monotonic() - start < 30
+    err = result.stderr
+    assert "rank 0: FMPI_TIMEOUT: waited 2 s in a receive from rank 1 (tag 7) on MPI_COMM_WORLD" in err, err
+    assert "did not complete within FMPI_TIMEOUT=2 s" in err
+    # The others, asked through the relay, say where they are:
+    assert "in a collective on MPI_COMM_WORLD (waiting for rank 0)" in err, err
+    assert "rank 2 (asked by rank" in err and "not in a blocking MPI call" in err, err
+
+
+def test_bad_fmpi_variables_are_refused_once_by_fmpirun():
+    result = run("-n", "2", PY, "-c", "pass", env=dict(os.environ, FMPI_CHANNEL="bogus"))
+    assert result.returncode == 2
+    assert "FMPI_CHANNEL must be one of auto, direct, punch, relay, not 'bogus'" in result.stderr
+    assert "rank" not in result.stderr  # no rank started

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import queue
-import threading
 import time
 
 import pytest
@@ -88,13 +87,14 @@ def test_abort_reaches_everyone(job_factory):
         m.wait_world(time.monotonic() + 5)
     heard: queue.Queue = queue.Queue()
     b.follow(heard.put)
-    a.abort(9, "out of memory")
+    a.abort(9, "out of memory", {"lost": 1})
     notice = heard.get(timeout=5)
     assert isinstance(notice, Aborted) and notice.exit_code == 9 and notice.rank == 0
+    assert notice.cause == {"lost": 1}  # what it was a consequence of travels with it
     while True:
         kind, event = events.get(timeout=5)
         if kind == "abort":
-            assert event["reason"] == "out of memory"
+            assert event["reason"] == "out of memory" and event["cause"] == {"lost": 1}
             break
     a.close()
     b.close()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from fmpi.relay.client import RelayConnection, RelayError, register, wait_world
+from fmpi.relay.client import Aborted, RelayConnection, RelayError, register, wait_world
 from fmpi.relay.protocol import HEADER, VERSION, Kind, encode
 from fmpi.relay.server import RelayThread
 
@@ -173,7 +173,7 @@ def test_truncated_frames_and_silent_clients_do_not_hurt_other_jobs(relay):
 
 
 def test_abort_reaches_every_member_and_the_launcher(relay):
-    watcher = create(relay, size=2)
+    _watcher = create(relay, size=2)  # (kept open: the job lives as long as its launcher)
     a, _ = join(relay, rank=0)
     b, _ = join(relay, rank=1)
     for conn in (a, b):
@@ -183,6 +183,30 @@ def test_abort_reaches_every_member_and_the_launcher(relay):
         with pytest.raises(Exception) as info:
             conn.recv(5)
         assert getattr(info.value, "exit_code", None) == 7 and info.value.rank == 0
+
+
+@pytest.mark.parametrize(
+    "sent, heard",
+    [
+        ({"lost": 1}, {"lost": 1}),
+        ({"aborted": True}, {"aborted": True}),
+        ({"lost": "1"}, None),  # malformed causes are dropped, the abort itself goes through
+        ({"lost": -2}, None),
+        ({"lost": 1, "aborted": True}, None),
+        ("rank 1", None),
+    ],
+)
+def test_an_abort_says_what_it_is_a_consequence_of(relay, sent, heard):
+    # The launcher names a job's root cause from this field, not from the words of the reason.
+    _watcher = create(relay, size=2)
+    a, _ = join(relay, rank=0)
+    b, _ = join(relay, rank=1)
+    for conn in (a, b):
+        wait_world(conn, time.monotonic() + 5)
+    a.send(Kind.ABORT, {"code": 1, "reason": "rank 1 is gone", "cause": sent})
+    with pytest.raises(Aborted) as info:
+        b.recv(5)
+    assert info.value.rank == 0 and info.value.cause == heard
 
 
 def test_launcher_disconnect_aborts_the_job(relay):

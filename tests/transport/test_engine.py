@@ -192,3 +192,55 @@ def test_hello_for_another_rank_is_refused(world):
         s.sendall(HELLO.pack(MAGIC, VERSION, 0, 7, bytes(16)))
         verdict = struct.unpack("<B", s.recv(1))[0]
         assert verdict == Verdict.WRONG_RANK
+
+
+def test_waiting_threads_hand_the_links_over_without_losing_a_wake_up(world):
+    """Two threads of one rank wait at once: one on messages over a held link, one on ops completed
+    by a third thread. Every wait must end (a lost wake-up would hang one of them until its timeout)."""
+    import threading
+
+    a, b = world(2)
+    a.wait(a.isend(1, 0, 1, _b(b"hi")), timeout=10)
+    b.wait(b.irecv(0, 0, 1, None), timeout=10)  # linked
+    rounds = 300
+    errors: list[BaseException] = []
+
+    def echo() -> None:  # rank 1 answers every message
+        try:
+            for _ in range(rounds):
+                op = b.irecv(0, 0, 2, None)
+                b.wait(op, timeout=10)
+                b.wait(b.isend(0, 0, 3, _b(bytes(op.payload))), timeout=10)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    def pinger() -> None:  # reads the link itself while it waits
+        try:
+            for i in range(rounds):
+                a.wait(a.isend(1, 0, 2, _b(i.to_bytes(4, "little"))), timeout=10)
+                op = a.irecv(1, 0, 3, None)
+                a.wait(op, timeout=10)
+                assert int.from_bytes(op.payload, "little") == i
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    def other_waiter() -> None:
+        # Also a reader (it waits on a receive from rank 1 that never comes), but what ends its
+        # wait is an op another thread completes: only the bell can wake it.
+        try:
+            for _ in range(rounds):
+                never = a.irecv(1, 0, 99, None)
+                op = a.new_op()
+                threading.Timer(0.0005, a.finish_op, args=(op,)).start()
+                assert a.wait_any([never, op], timeout=10) == 1
+                assert a.cancel(never)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=f) for f in (echo, pinger, other_waiter)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    assert not any(t.is_alive() for t in threads)

@@ -57,9 +57,13 @@ def _forward(conn: RelayConnection, dest: int, data: bytes) -> None:
 
 
 def _frame(conn: RelayConnection) -> tuple[Kind, bytes]:
-    head = conn._read(HEADER.size)
-    _v, kind, _r, length = HEADER.unpack(head)
-    return Kind(kind), conn._read(length)
+    """The next frame the relay sent, heartbeats aside."""
+    while True:
+        head = conn._read(HEADER.size)
+        _v, kind, _r, length = HEADER.unpack(head)
+        body = conn._read(length)
+        if kind != Kind.HEARTBEAT:
+            return Kind(kind), body
 
 
 def test_forward_reaches_the_destination_stamped_with_the_true_sender(relay):

@@ -120,6 +120,7 @@ def test_a_failed_stream_fails_every_waiting_and_every_later_send():
 class Sink:
     def __init__(self) -> None:
         self.got = []
+        self.whole = 0  # frames delivered in one piece
 
     def frame_started(self, source, header):
         self.buf = bytearray(header.nbytes)
@@ -127,6 +128,10 @@ class Sink:
 
     def frame_finished(self, source, header, payload):
         self.got.append((header.kind, header.seq, bytes(payload) if payload is not None else None))
+
+    def frame_whole(self, source, header, payload):
+        self.whole += 1
+        self.frame_finished(source, header, payload)
 
 
 def test_assembler_takes_frames_cut_anywhere():
@@ -143,6 +148,8 @@ def test_assembler_takes_frames_cut_anywhere():
         for pos in range(0, len(stream), cut):
             asm.feed(memoryview(stream[pos : pos + cut]))
         assert sink.got == [(Kind.DATA, i, bytes([i]) * (i * 7) if i else None) for i in range(4)] + [(Kind.BYE, 4, None)]
+        # Fed all at once, every frame with a payload takes the one-step path; cut small, none can.
+        assert sink.whole == (3 if cut == 1000 else 0)
 
 
 def _pair():

@@ -59,6 +59,21 @@ def byte_view(obj: Any, writable: bool) -> tuple[memoryview, Datatype]:
     return view, datatype
 
 
+def message_view(spec: Any, writable: bool) -> memoryview:
+    """``message(spec, writable).view``, with a shortcut for the common case: a whole numpy array or bytearray."""
+    kind = type(spec)
+    if kind is np.ndarray or kind is bytearray:
+        view = memoryview(spec)
+        if view.c_contiguous and not (writable and view.readonly):
+            if view.format == "B" and view.ndim == 1:
+                return view
+            try:
+                return view.cast("B")
+            except TypeError:
+                pass  # a structured dtype: the general path knows it
+    return message(spec, writable).view
+
+
 def message(spec: Any, writable: bool) -> Message:
     """Parse one message spec (see module docstring)."""
     datatype: Datatype | None = None

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..collectives import allgather_recursive_doubling, table
+from ..collectives import allgather_recursive_doubling, server_side, table
 from ..collectives.channel import Channel
 from ..collectives.options import (
     AllgatherOptions,
@@ -112,7 +112,7 @@ class BufferCollectives:
 
     def _plan_allreduce(self, sendbuf: Any, recvbuf: Any, op: Op) -> Plan:
         send, recv, combine = _reduction_arrays(self, sendbuf, recvbuf, op)
-        opts = AllreduceOptions(send, recv, combine, op.commute, table.tuning().segment)
+        opts = AllreduceOptions(send, recv, combine, op.commute, table.tuning().segment, server_side.server_op(op))
         return lambda ch: table.run("allreduce", ch, opts, recv.nbytes, op.commute)
 
     def Scan(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> None:

@@ -12,13 +12,14 @@ their algorithms in ``fmpi.collectives``.
 from __future__ import annotations
 
 import sys
+import weakref
 from typing import Any
 
 from ..transport.engine import Engine
 from ..transport.requests import Op, RecvOp, TransportError
 from . import exceptions as err
 from . import serialize
-from .buffers import message
+from .buffers import message, message_view
 from .constants import ANY_SOURCE, ANY_TAG, IDENT, PROC_NULL, TAG_UB, UNEQUAL
 from .request import Request, raise_mpi
 from .status import Status
@@ -55,6 +56,10 @@ class Comm:
         self._errhandler = ERRORS_RETURN  # what mpi4py installs on its communicators
         self._coll_seq = 0
         self._child_seq = 0
+        if engine is not None:  # names for the hang diagnosis (FMPI_TIMEOUT); weak: a freed comm may go
+            me = weakref.ref(self)
+            size = len(group)
+            engine.waits.labels[context] = lambda: getattr(me(), "_name", "") or f"a communicator of {size} ranks"
 
     # -------------------------------------------------------------- identity
     def Get_rank(self) -> int:
@@ -124,14 +129,19 @@ class Comm:
         return f"<fmpi.MPI.{type(self).__name__} {self._name or hex(self._ctx)} rank {self._rank} of {self.size}>"
 
     # ------------------------------------------------------------ validation
-    def _fail(self, code: int, text: str) -> None:
+    def _fail(self, code: int, text: str, cause: dict | None = None) -> None:
+        """Report an error through the communicator's error handler (`cause`: see ``TransportError``)."""
         exc = err.Exception(code, text)
+        exc._cause = cause
         if self._errhandler is ERRORS_ARE_FATAL or self._errhandler is ERRORS_ABORT:
             from . import runtime
 
             print(f"fmpi: rank {self._rank}: {text}", file=sys.stderr)
-            runtime.abort(code, text)
-        raise exc
+            runtime.abort(code, text, cause)
+        raise exc from None  # (the transport's error says it all; its traceback is noise)
+
+    def _transport_failed(self, exc: TransportError) -> None:
+        self._fail(err.from_class_name(exc.error_class), str(exc), exc.cause)
 
     def _dest(self, rank: int) -> int:
         if not 0 <= rank < len(self._group):
@@ -164,7 +174,7 @@ class Comm:
         try:
             return Request(self._engine, self._engine.isend(world, self._ctx, tag, parts, sync))
         except TransportError as exc:
-            self._fail(err.from_class_name(exc.error_class), str(exc))
+            self._transport_failed(exc)
 
     def _start_recv(self, buffer: memoryview | None, source: int, tag: int, unpickle: bool) -> Request:
         if source == PROC_NULL:
@@ -173,7 +183,7 @@ class Comm:
         try:
             op = self._engine.irecv(world, self._ctx, tag, buffer)
         except TransportError as exc:
-            self._fail(err.from_class_name(exc.error_class), str(exc))
+            self._transport_failed(exc)
 
         def finish(op: Op) -> tuple[Any, int, int, int]:
             assert isinstance(op, RecvOp)
@@ -186,21 +196,51 @@ class Comm:
 
         return Request(self._engine, op, finish)
 
+    # Blocking calls skip the Request: a small message's whole round trip is a
+    # few dozen microseconds, and every Python call on the way is a visible share.
+    def _send_now(self, parts: list[memoryview], dest: int, tag: int, sync: bool) -> None:
+        if dest == PROC_NULL:
+            return
+        world, tag = self._dest(dest), self._send_tag(tag)
+        try:
+            op = self._engine.isend(world, self._ctx, tag, parts, sync)
+            if not op.done:
+                self._engine.wait(op)
+            elif op.error is not None:
+                raise op.error
+        except TransportError as exc:
+            self._transport_failed(exc)
+
+    def _recv_now(self, buffer: memoryview | None, source: int, tag: int, unpickle: bool, status: Status | None) -> Any:
+        if source == PROC_NULL:
+            return self._complete(Request.completed(), status)
+        world, tag = self._source(source), self._recv_tag(tag)
+        try:
+            op = self._engine.irecv(world, self._ctx, tag, buffer)
+            self._engine.wait(op)
+        except TransportError as exc:
+            if status is not None:
+                status.error = err.from_class_name(exc.error_class)
+            self._transport_failed(exc)
+        if status is not None:
+            status._set(self._comm_rank(op.status_source), op.status_tag, op.nbytes, 0, op.cancelled)
+        return serialize.loads(op.payload) if unpickle else None
+
     def _complete(self, request: Request, status: Status | None) -> Any:
         try:
             return request.wait(status)
         except err.Exception as exc:
-            self._fail(exc.Get_error_class(), str(exc))
+            self._fail(exc.Get_error_class(), str(exc), exc._cause)
 
     # ================================================= lowercase (pickle) p2p
     def send(self, obj: Any, dest: int, tag: int = 0) -> None:
-        self._complete(self._start_send(serialize.dumps(obj), dest, tag, False), None)
+        self._send_now(serialize.dumps(obj), dest, tag, False)
 
     def bsend(self, obj: Any, dest: int, tag: int = 0) -> None:
         self.send(obj, dest, tag)
 
     def ssend(self, obj: Any, dest: int, tag: int = 0) -> None:
-        self._complete(self._start_send(serialize.dumps(obj), dest, tag, True), None)
+        self._send_now(serialize.dumps(obj), dest, tag, True)
 
     def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:
         return self._start_send(serialize.dumps(obj), dest, tag, False)
@@ -211,7 +251,7 @@ class Comm:
         return self._start_send(serialize.dumps(obj), dest, tag, True)
 
     def recv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> Any:
-        return self._complete(self._start_recv(None, source, tag, True), status)
+        return self._recv_now(None, source, tag, True, status)
 
     def irecv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
         return self._start_recv(None, source, tag, True)
@@ -240,15 +280,15 @@ class Comm:
 
     # ================================================= uppercase (buffer) p2p
     def Send(self, buf: Any, dest: int, tag: int = 0) -> None:
-        self._complete(self._start_send([message(buf, False).view], dest, tag, False), None)
+        self._send_now([message_view(buf, False)], dest, tag, False)
 
     Bsend = Rsend = Send
 
     def Ssend(self, buf: Any, dest: int, tag: int = 0) -> None:
-        self._complete(self._start_send([message(buf, False).view], dest, tag, True), None)
+        self._send_now([message_view(buf, False)], dest, tag, True)
 
     def Isend(self, buf: Any, dest: int, tag: int = 0) -> Request:
-        return self._start_send([message(buf, False).view], dest, tag, False)
+        return self._start_send([message_view(buf, False)], dest, tag, False)
 
     Ibsend = Irsend = Isend
 
@@ -256,10 +296,10 @@ class Comm:
         return self._start_send([message(buf, False).view], dest, tag, True)
 
     def Recv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> None:
-        self._complete(self._start_recv(message(buf, True).view, source, tag, False), status)
+        self._recv_now(message_view(buf, True), source, tag, False, status)
 
     def Irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
-        return self._start_recv(message(buf, True).view, source, tag, False)
+        return self._start_recv(message_view(buf, True), source, tag, False)
 
     def Sendrecv(
         self,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 SUCCESS = 0
 ERR_BUFFER = 1
 ERR_COUNT = 2
@@ -32,6 +34,10 @@ _NAMES[ERR_PROC_ABORTED] = "ERR_PROC_ABORTED"
 
 class Exception(RuntimeError):  # noqa: A001 - the name mpi4py users catch
     """An MPI error. ``Get_error_class()`` tells which kind."""
+
+    # What, elsewhere in the job, this error is a consequence of (a transport
+    # error's ``cause``): an uncaught one's abort says so (see ``cause_of``).
+    _cause: dict | None = None
 
     def __init__(self, ierr: int = ERR_OTHER, message: str | None = None) -> None:
         self.ierr = ierr
@@ -73,6 +79,28 @@ def Get_error_class(errorcode: int) -> int:
 def Get_error_string(errorcode: int) -> str:
     name = _NAMES.get(errorcode, "ERR_UNKNOWN")
     return f"MPI_{name}"
+
+
+__all__ = [n for n in _NAMES.values()] + ["Exception", "Get_error_class", "Get_error_string"]  # what MPI.py re-exports
+
+
+def from_transport(exc: Any) -> Exception:
+    """The MPI.Exception for a transport error (``TransportError``), keeping its cause."""
+    mpi_exc = Exception(from_class_name(exc.error_class), str(exc))
+    mpi_exc._cause = exc.cause
+    return mpi_exc
+
+
+def cause_of(exc: BaseException | None) -> dict | None:
+    """The cause an exception carries, or one it was raised from or while handling (a program may wrap ours)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        cause = getattr(exc, "_cause", None)
+        if isinstance(cause, dict):
+            return cause
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def from_class_name(name: str) -> int:

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ..collectives import allgather_recursive_doubling
+from ..collectives import allgather_recursive_doubling, table
 from ..collectives.channel import Channel
 from ..collectives.options import AllgatherOptions, Layout
 from ..transport.engine import Engine
@@ -61,7 +61,27 @@ class Intracomm(ObjectCollectives, BufferCollectives, Comm):
     # ------------------------------------------------------------ machinery
     def _channel(self) -> Channel:
         self._coll_seq += 1
-        return Channel(self._engine, self._group, self._rank, self._coll_ctx, self._coll_seq % _TAG_SPACE)
+        return self._make_channel(self._coll_seq % _TAG_SPACE)
+
+    def _make_channel(self, tag: int) -> Channel:
+        return Channel(self._engine, self._group, self._rank, self._coll_ctx, tag, *self._server())
+
+    def _server(self) -> tuple[Any, str]:
+        """(provider, this communicator's object names) for server-side collectives, or (None, "").
+
+        A provider is used when the job runs relayed (FMPI_CHANNEL=relay, the
+        same on every rank) or FMPI_COLL_ALGO forces a server form; the
+        objects are named after the collective context, so every
+        communicator (Split halves, Dups) has its own.
+        """
+        from . import runtime
+
+        provider = runtime.state.server
+        if provider is None or self._engine is None or len(self._group) < 2:
+            return None, ""
+        if self._engine.options.channel != "relay" and not table.server_forced():
+            return None, ""
+        return provider, f"{self._coll_ctx:x}"
 
     def _collective(self, fn: Callable[[Channel], T]) -> T:
         """Run one blocking collective call; transport failures become MPI.Exception."""
@@ -69,14 +89,14 @@ class Intracomm(ObjectCollectives, BufferCollectives, Comm):
         try:
             return fn(ch)
         except TransportError as exc:
-            self._fail(err.from_class_name(exc.error_class), str(exc))
+            self._transport_failed(exc)
 
     _blocking = _collective
 
     def _nonblocking(self, fn: Callable[[Channel], None]) -> Request:
         """Start `fn` on the background worker; a Request completes when it has run."""
         self._nb_seq += 1
-        ch = Channel(self._engine, self._group, self._rank, self._coll_ctx, _TAG_SPACE + self._nb_seq % _TAG_SPACE)
+        ch = self._make_channel(_TAG_SPACE + self._nb_seq % _TAG_SPACE)
         if self._worker is None:
             self._worker = Worker(f"fmpi-coll-{self._name or hex(self._ctx)}")
         op = self._worker.submit(self._engine, lambda: fn(ch))
@@ -96,7 +116,9 @@ class Intracomm(ObjectCollectives, BufferCollectives, Comm):
         return self.Get_group()
 
     def _child(self, members: tuple[int, ...], context: int) -> Intracomm:
-        return Intracomm(self._engine, members, context, "")
+        child = Intracomm(self._engine, members, context, "")
+        child._errhandler = self._errhandler  # a new communicator inherits its parent's handler (MPI)
+        return child
 
     def Dup(self, info: Any = None) -> Intracomm:
         self._child_seq += 1

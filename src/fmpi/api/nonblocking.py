@@ -43,7 +43,7 @@ class Worker:
             except TransportError as exc:
                 error = exc
             except err.Exception as exc:
-                error = TransportError(str(exc), _class_name(exc.Get_error_class()))
+                error = TransportError(str(exc), _class_name(exc.Get_error_class()), exc._cause)
             except Exception as exc:  # a bad argument found late: report it through the request
                 error = TransportError(f"{type(exc).__name__}: {exc}", "ERR_OTHER")
             engine.finish_op(op, error)

@@ -25,7 +25,7 @@ def _no_result(op: Op) -> tuple[Any, int, int, int]:
 
 
 def raise_mpi(exc: TransportError) -> None:
-    raise err.Exception(err.from_class_name(exc.error_class), str(exc)) from None
+    raise err.from_transport(exc) from None
 
 
 class Request:

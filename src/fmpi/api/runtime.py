@@ -14,9 +14,10 @@ import sys
 import threading
 import time
 import traceback
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..transport.engine import Engine
+from . import exceptions as err
 
 if TYPE_CHECKING:
     from ..launcher.bootstrap import RankSession
@@ -29,6 +30,7 @@ SELF_CONTEXT = 2
 class _State:
     session: "RankSession | None" = None
     engine: Engine | None = None
+    server: Any = None  # server-side collectives of the rank's relay (collectives/server_side.Provider), or None
     world: "Intracomm | None" = None
     self_comm: "Intracomm | None" = None
     initialized = False
@@ -59,6 +61,7 @@ def initialize(session: "RankSession | None" = None) -> None:
             if session is not None or spec is not None:
                 state.session = session if session is not None else join(spec)
                 state.engine = state.session.engine
+                state.server = state.session.server_collectives
             else:
                 state.engine = Engine(0, 1, os.urandom(16), lambda _rank: [], None)
         except (SpecError, RelayError) as exc:
@@ -69,10 +72,33 @@ def initialize(session: "RankSession | None" = None) -> None:
         engine = state.engine
         state.world = Intracomm(engine, tuple(range(engine.size)), WORLD_CONTEXT, "MPI_COMM_WORLD")
         state.self_comm = Intracomm(engine, (engine.rank,), SELF_CONTEXT, "MPI_COMM_SELF")
+        handler = _errhandler_from_rc()
+        state.world.Set_errhandler(handler)
+        state.self_comm.Set_errhandler(handler)
         state.initialized = True
         atexit.register(finalize)
         if state.session is not None:
             _install_excepthook()
+
+
+def _errhandler_from_rc():
+    """The error handler mpi4py's ``rc.errors`` asks for (set before importing MPI), as mpi4py does.
+
+    "exception" (mpi4py's default): errors raise MPI.Exception (ERRORS_RETURN);
+    an uncaught one still aborts the whole job. "default" / "fatal": MPI's own
+    default, ERRORS_ARE_FATAL: the job aborts where the error happens. "abort":
+    ERRORS_ABORT. ``FMPI_ERRORS`` sets the same from outside the program (and wins).
+    """
+    from .comm import ERRORS_ABORT, ERRORS_ARE_FATAL, ERRORS_RETURN
+
+    rc = getattr(sys.modules.get("mpi4py"), "rc", None)
+    choice = os.environ.get("FMPI_ERRORS") or getattr(rc, "errors", None) or "exception"
+    handlers = {"exception": ERRORS_RETURN, "default": ERRORS_ARE_FATAL, "fatal": ERRORS_ARE_FATAL, "abort": ERRORS_ABORT}
+    if choice not in handlers:
+        print(f"fmpi: mpi4py.rc.errors / FMPI_ERRORS must be one of {', '.join(handlers)}, not {choice!r}; using 'exception'",
+              file=sys.stderr)
+        return ERRORS_RETURN
+    return handlers[choice]
 
 
 def finalize() -> None:
@@ -81,18 +107,37 @@ def finalize() -> None:
             return
         state.finalized = True
     sys.stdout.flush()
+    _close_server()
     if state.session is not None:
         state.session.finalize(0)
     elif state.engine is not None:
         state.engine.close()
 
 
-def abort(code: int, reason: str) -> None:
-    """End every rank of the job with exit status `code`."""
+def _close_server() -> None:
+    server, state.server = state.server, None
+    if server is not None:
+        try:
+            server.close()
+        except Exception:  # noqa: BLE001 - its connections die with the process anyway
+            pass
+
+
+def server_collective_calls() -> dict[str, int]:
+    """Completed server-side collective calls of this rank, per collective (empty: none, or no provider)."""
+    return dict(state.server.calls) if state.server is not None else {}
+
+
+def abort(code: int, reason: str, cause: dict | None = None) -> None:
+    """End every rank of the job with exit status `code`.
+
+    `cause`: what this failure is a consequence of, if it is one (a peer's
+    death, an earlier abort); the launcher then names that, not this rank.
+    """
     sys.stdout.flush()
     sys.stderr.flush()
     if state.session is not None:
-        state.session.abort(code, reason)
+        state.session.abort(code, reason, cause)
     os._exit(code)
 
 
@@ -107,7 +152,7 @@ def _install_excepthook() -> None:
         else:
             traceback.print_exception(kind, value, tb)
         rank = state.engine.rank if state.engine is not None else "?"
-        abort(1, f"uncaught {kind.__name__} on rank {rank}: {value}")
+        abort(1, f"uncaught {kind.__name__} on rank {rank}: {value}", err.cause_of(value))
 
     sys.excepthook = hook
 
@@ -134,6 +179,7 @@ def reset_for_next_invocation() -> None:
     with state.lock:
         if state.engine is not None and not state.finalized:
             state.engine.abandon()
+        _close_server()
         state.session = None
         state.engine = None
         state.world = None

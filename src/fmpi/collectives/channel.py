@@ -14,6 +14,7 @@ long as the receiver posts its receives in the same order.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -27,10 +28,17 @@ def as_bytes(arr: np.ndarray) -> memoryview:
 
 
 class Channel:
-    __slots__ = ("_context", "_engine", "_group", "rank", "size", "tag")
+    __slots__ = ("_context", "_engine", "_group", "rank", "server", "server_key", "size", "tag")
 
-    def __init__(self, engine: Engine, group: Sequence[int], rank: int, context: int, tag: int) -> None:
+    def __init__(
+        self, engine: Engine, group: Sequence[int], rank: int, context: int, tag: int,
+        server: Any = None, server_key: str = "",
+    ) -> None:
         self._engine = engine
+        # A relay that runs collectives itself (collectives/server_side.py), when the job is relayed;
+        # `server_key` names this communicator's objects there. None: point-to-point only.
+        self.server = server
+        self.server_key = server_key
         self._group = group
         self._context = context
         self.rank = rank

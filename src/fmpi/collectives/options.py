@@ -137,6 +137,7 @@ class AllreduceOptions:
     combine: Combine
     commute: bool
     segment: int
+    server_op: str | None = None  # the op's name for a server-side reduction (server_side.SERVER_OPS); None: it cannot
 
 
 @dataclass(slots=True)

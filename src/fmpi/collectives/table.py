@@ -26,6 +26,18 @@
                                                                block < alltoall_eager_max, else alltoall_window
     scan / exscan       recursive_doubling                     always
 
+Over a relay (the job runs with ``--channel relay``: every pair relayed) and
+with a server-side provider (``server_side.py``: fmpi-relay's shared objects
+or Redis), barrier and allreduce take the server's form instead:
+
+    barrier             server                                 always (N > 1)
+    allreduce           server                                 a predefined commutative op on plain
+                                                               numeric elements (else as above)
+
+The choice rests on job-wide settings only (the channel the job was started
+with, the relay URL, the op and datatype every rank passes), never on the
+state of one rank's links, so every rank picks alike.
+
 "bytes" is the size of one rank's vector; thresholds are in bytes. Ring
 algorithms and tree pipelines cut messages into ``segment``-byte pieces.
 
@@ -61,6 +73,9 @@ and tests:
   algorithm per collective (names as in the table). A forced algorithm that
   cannot run a given call (a ring with a non-commutative operation, a
   binomial gather with unequal blocks) falls back to the table's choice.
+  ``barrier:dissemination`` or ``allreduce:ring`` keeps a relayed job on the
+  point-to-point forms; ``barrier:server,allreduce:server`` uses the relay's
+  forms even when links are direct (a rank always has a provider).
 - ``FMPI_COLL_<KNOB>=<bytes>`` sets a knob of ``Tuning``, e.g.
   ``FMPI_COLL_SEGMENT=256`` or ``FMPI_COLL_ALLREDUCE_RING_MIN=0``.
 
@@ -84,6 +99,7 @@ from . import (
     bcast_binomial,
     bcast_scatter_allgather,
     gather_binomial,
+    server_side,
     gather_linear,
     reduce_binomial,
     reduce_ring_gather,
@@ -128,10 +144,14 @@ class Tuning:
 
 
 ALGORITHMS: dict[str, dict[str, Callable[[Channel, Any], None]]] = {
-    "barrier": {"dissemination": lambda ch, _opts: barrier_dissemination.barrier(ch)},
+    "barrier": {"dissemination": lambda ch, _opts: barrier_dissemination.barrier(ch), "server": server_side.barrier},
     "bcast": {"binomial": bcast_binomial.bcast, "scatter_allgather": bcast_scatter_allgather.bcast},
     "reduce": {"binomial": reduce_binomial.reduce, "ring_gather": reduce_ring_gather.reduce},
-    "allreduce": {"recursive_doubling": allreduce_recursive_doubling.allreduce, "ring": allreduce_ring.allreduce},
+    "allreduce": {
+        "recursive_doubling": allreduce_recursive_doubling.allreduce,
+        "ring": allreduce_ring.allreduce,
+        "server": server_side.allreduce,
+    },
     "reduce_scatter": {
         "allreduce": reduce_scatter_composed.via_allreduce,
         "ring": reduce_scatter_ring.reduce_scatter,
@@ -214,16 +234,31 @@ def reset() -> None:
 
 
 # ------------------------------------------------------------------- choice
-def choose(collective: str, nbytes: int, size: int, commute: bool = True, equal_blocks: bool = True) -> str:
-    """The algorithm for one call: `nbytes` per the table above."""
+def server_forced() -> bool:
+    """FMPI_COLL_ALGO asks for a server-side form somewhere (then ranks attach a provider whatever the channel)."""
+    if _config.tuning is None:
+        _config.load()
+    return "server" in _config.forced.values()
+
+
+def choose(
+    collective: str, nbytes: int, size: int, commute: bool = True, equal_blocks: bool = True, server: bool = False
+) -> str:
+    """The algorithm for one call: `nbytes` per the table above.
+
+    `server`: the call may run on the relay (``server_side.can_run``: the
+    job is relayed, a provider is there, the op and datatype suit it).
+    """
     t = tuning()
     forced = _config.forced.get(collective)
     if forced is not None:
         ok = (commute or (collective, forced) not in _NEEDS_COMMUTE) and (
             equal_blocks or (collective, forced) not in _NEEDS_EQUAL_BLOCKS
-        )
+        ) and (forced != "server" or server)
         if ok:
             return forced
+    if server and collective in ("barrier", "allreduce"):
+        return "server"
     if collective == "barrier":
         return "dissemination"
     if collective == "bcast":
@@ -250,7 +285,8 @@ def choose(collective: str, nbytes: int, size: int, commute: bool = True, equal_
 
 def run(collective: str, ch: Channel, opts: Any, nbytes: int, commute: bool = True, equal_blocks: bool = True) -> str:
     """Pick and run an algorithm; returns its name."""
-    name = choose(collective, nbytes, ch.size, commute, equal_blocks)
+    server = ch.server is not None and server_side.can_run(collective, ch, opts)
+    name = choose(collective, nbytes, ch.size, commute, equal_blocks, server)
     ALGORITHMS[collective][name](ch, opts)
     return name
 
@@ -277,5 +313,6 @@ __all__ = [
     "configure",
     "reset",
     "run",
+    "server_forced",
     "tuning",
 ]

@@ -12,14 +12,19 @@ listener, and every hole-punching attempt. Behind a port-preserving NAT
 send their SYNs. A rank behind a NAT also connects from that port to the
 relay's probe port: a different observed port means a symmetric NAT, and
 its peers skip punching it.
+
+With a ``redis://`` relay, Redis is the rendezvous (``relay/redis_rendezvous``)
+and an in-process bridge (``relay/redis_bridge``) stands in for the relay
+connection, so the transport runs unchanged.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..natpunch.simultaneous_open import bind_reusable, make_listener
 from ..relay.client import (
@@ -33,25 +38,46 @@ from ..relay.client import (
     route_source_ip,
     wait_world,
 )
-from ..relay.protocol import Kind
+from ..relay.protocol import Kind, abort_body
+from ..relay.redis_connect import is_redis_url
 from ..transport.engine import Engine
 from ..transport.options import TransportOptions
 from ..transport.requests import TransportError
 from ..transport.routes import PeerAddress, plan_routes
-from .rankspec import RankSpec, SpecError
+from .rankspec import RankSpec, SpecError, display_url
+
+if TYPE_CHECKING:
+    from ..relay.redis_bridge import RedisBridge
 
 
 class RankSession:
-    """A rank that has joined its job: its transport plus its control line to the relay."""
+    """A rank that has joined its job: its transport plus its control line to the relay.
 
-    def __init__(self, spec: RankSpec, rank: int, size: int, engine: Engine, relay: RelayConnection) -> None:
+    `relay`: the registered connection to fmpi-relay, or the engine's end of
+    a ``RedisBridge`` (which `bridge` then serves); the engine cannot tell.
+    """
+
+    def __init__(
+        self,
+        spec: RankSpec,
+        rank: int,
+        size: int,
+        engine: Engine,
+        relay: RelayConnection | socket.socket,
+        bridge: "RedisBridge | None" = None,
+    ) -> None:
         self.spec = spec
         self.rank = rank
         self.size = size
         self.engine = engine
-        self._relay = relay
+        self._bridge = bridge
         self._closed = False
-        engine.attach_relay(relay.sock, self, relay.take_buffer())
+        # Barrier and allreduce done by the relay itself (collectives/server_side.py); connects on first use.
+        self.server_collectives = server_collectives(spec)
+        if isinstance(relay, RelayConnection):
+            engine.attach_relay(relay.sock, self, relay.take_buffer())
+        else:
+            engine.attach_relay(relay, self)
 
     def send_to_relay(self, kind: Kind, body: dict) -> None:
         try:
@@ -74,19 +100,23 @@ class RankSession:
             pass
         channel.close_gracefully()
 
-    def abort(self, code: int, reason: str) -> None:
-        """End the whole job: every rank exits with `code`."""
+    def abort(self, code: int, reason: str, cause: dict[str, Any] | None = None) -> None:
+        """End the whole job: every rank exits with `code` (`cause`: see ``protocol.abort_cause``)."""
         channel = self.engine.relay
         if channel is not None:
-            channel.send_control(Kind.ABORT, {"code": code, "reason": reason})
+            channel.send_control(Kind.ABORT, abort_body(code, reason, cause))
             channel.drain(2.0)
+            if self._bridge is not None:
+                # The kernel delivers a TCP socket's last frames after we exit; a
+                # bridge thread dies with the process, so let it pass them on first.
+                self._bridge.settle(channel.bytes_out, 2.0)
         _exit_now(code)
 
     # --------------------------------------------- relay events (progress thread)
     def relay_control(self, kind: Kind, body: dict[str, Any]) -> None:
         # The relay sends a rank nothing else after the world but aborts and job failures; either ends it.
         if kind is Kind.ABORT:
-            exc = Aborted(int(body.get("code", 1)), str(body.get("reason", "")), body.get("rank"))
+            exc = Aborted.from_body(body)
             self.engine.fail(TransportError(str(exc), "ERR_ABORTED"))
             _exit_now(exc.exit_code)
         if kind is Kind.ERROR:
@@ -101,7 +131,7 @@ class RankSession:
             return
         # The launcher's relay is gone: nobody can abort or collect this
         # job any more, so don't linger (and bill) as an orphan.
-        print(f"fmpi: rank {self.rank}: lost the relay at {self.spec.relay} ({error}); ending", file=sys.stderr)
+        print(f"fmpi: rank {self.rank}: lost the relay at {display_url(self.spec.relay)} ({error}); ending", file=sys.stderr)
         self.engine.fail(TransportError(f"lost the relay: {error}", "ERR_RELAY"))
         _exit_now(1)
 
@@ -109,6 +139,22 @@ class RankSession:
         # Each link is reported once, by its lower rank (its higher rank says the same).
         if info.get("peer", -1) > self.rank and not self._closed:
             self.send_to_relay(Kind.LINK, info)
+
+
+def server_collectives(spec: RankSpec):
+    """The provider of server-side collectives for the rank's relay: Redis scripts, or the DSO objects of
+    every fmpi-relay node in the URL (``tcp://a:7000,b:7000``: sharded by consistent hashing).
+
+    Made for every rank alike (the table uses it only when the job is
+    relayed); nothing connects until a collective uses it.
+    """
+    if is_redis_url(spec.relay):
+        from ..relay.redis_collectives import RedisCollectives
+
+        return RedisCollectives(spec.relay, spec.job)
+    from ..relay.dso_collectives import DsoCollectives
+
+    return DsoCollectives(spec.relay, spec.job, spec.token)
 
 
 def _exit_now(code: int) -> None:
@@ -124,10 +170,14 @@ def join(spec: RankSpec, connect_timeout: float = 10.0, options: TransportOption
     """
     if options is None:
         try:
-            options = TransportOptions.from_env(connect_timeout=connect_timeout)
+            # The spec's channel (fmpirun --channel; a Lambda event has no environment) wins.
+            forced = {"channel": spec.channel} if spec.channel else {}
+            options = TransportOptions.from_env(connect_timeout=connect_timeout, **forced)
         except ValueError as exc:
             raise SpecError(str(exc)) from None
     deadline = time.monotonic() + spec.fill_timeout
+    if is_redis_url(spec.relay):
+        return _join_redis(spec, options, connect_timeout, deadline)
     # Listen on the interface that reaches the relay: loopback for a local
     # job, the LAN (or function) address when ranks span machines.
     local_ip = route_source_ip(spec.relay)
@@ -157,6 +207,43 @@ def join(spec: RankSpec, connect_timeout: float = 10.0, options: TransportOption
         options=options, routes=plan_routes(rank, world), local_addr=(local_ip, port),
     )
     return RankSession(spec, rank, size, engine, relay)
+
+
+def _join_redis(spec: RankSpec, options: TransportOptions, connect_timeout: float, deadline: float) -> RankSession:
+    """``join`` with Redis as the rendezvous and the relay (see relay/redis_bridge.py)."""
+    from ..relay.redis_bridge import RedisBridge
+    from ..relay.redis_connect import source_ip
+    from ..relay.redis_rendezvous import RedisRank
+
+    local_ip = source_ip(spec.relay)
+    # The shared port, as with fmpi-relay: the registration connection is made
+    # from it, so the address Redis sees is the one peers punch to.
+    shared = bind_reusable(local_ip, 0)
+    port = shared.getsockname()[1]
+    listener = member = None
+    try:
+        member = RedisRank(spec.relay, spec.job, spec.token, source=(local_ip, port))
+        listener = make_listener(local_ip, port)
+        rank, size = member.register(spec.rank, spec.incarnation, [(local_ip, port)])
+        peers = member.wait_world(deadline)
+    except BaseException:
+        if member is not None:
+            for client in member.hand_over():
+                client.close()
+        if listener is not None:
+            listener.close()
+        raise
+    finally:
+        shared.close()
+    world = _addresses(peers)
+    table = {r: list(a.endpoints) for r, a in world.items()}
+    engine = Engine(
+        rank, size, spec.token.encode(), lambda r: table[r], listener,
+        options=options, routes=plan_routes(rank, world), local_addr=(local_ip, port),
+    )
+    bridge = RedisBridge(member)
+    bridge.start()
+    return RankSession(spec, rank, size, engine, bridge.engine_end, bridge)
 
 
 def _addresses(peers: list[PeerInfo]) -> dict[int, PeerAddress]:

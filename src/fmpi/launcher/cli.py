@@ -4,6 +4,11 @@
     fmpirun -n N [options] app.py args...             the same, with this Python
     fmpirun -n N --print-join [--relay-listen H:P]    create a job; print how ranks join it by hand
     fmpirun --join tcp://relay:port --job ID ... cmd  run one rank of such a job here
+
+--relay tcp://a:7000,b:7000 uses several fmpi-relay nodes: the job's rendezvous
+is on the first, its shared objects (server-side collectives) are sharded
+over all of them. --relay redis://[:password@]host:port/db makes Redis the rendezvous and the
+relay of the job (relay/redis_*.py); fmpirun behaves the same either way.
 """
 
 from __future__ import annotations
@@ -15,12 +20,14 @@ import signal
 import sys
 from pathlib import Path
 
-from ..relay.client import RelayError, parse_relay_url
+from ..relay.client import RelayError
 from ..relay.server import RelayThread
+from ..transport.options import TransportOptions
 from ..transport.stats import describe_event
 from .job import Job, log
 from .local import SHIM_DIR, _fmpi_root, run_local
-from .rankspec import DEFAULT_FILL_TIMEOUT, RankSpec, SpecError
+from .rankspec import DEFAULT_FILL_TIMEOUT, RankSpec, SpecError, check_relay_url, display_url
+from .relays import host_objects
 
 
 class UsageError(Exception):
@@ -35,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("-n", "-np", dest="n", type=int, help="number of ranks")
     p.add_argument("--backend", choices=["local", "lambda", "localstack"], default="local", help="where ranks run (default: local)")
-    p.add_argument("--relay", metavar="URL", help="use this relay (tcp://host:port) instead of starting one in fmpirun")
+    p.add_argument("--relay", metavar="URL", help="use this relay instead of starting one in fmpirun: tcp://host:port (fmpi-relay; tcp://a:7000,b:7000 shards server-side collectives over several) or redis://[:password@]host:port/db")
+    p.add_argument("--channel", choices=["auto", "direct", "punch", "relay"], help="how links between ranks are made (sets FMPI_CHANNEL; default auto: direct or punched where possible, relayed where not)")
     p.add_argument("--relay-listen", metavar="HOST:PORT", help="address of the relay fmpirun starts (default 127.0.0.1:0; the Lambda backends need one the functions reach)")
     p.add_argument("--tag-output", action="store_true", help="prefix every output line with [rank]")
     p.add_argument("--fill-timeout", type=float, default=DEFAULT_FILL_TIMEOUT, metavar="S", help="seconds for all ranks to join (default %(default)g)")
@@ -56,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--layers", action="append", default=[], metavar="ARN", help="layer ARNs (comma-separated or repeated)")
     g.add_argument("--code", metavar="DIR", help="directory deployed with the program (default: the script's directory)")
     g.add_argument("--endpoint-url", metavar="URL", help="AWS endpoint (default: AWS_ENDPOINT_URL; localstack: http://localhost:4566)")
+    g.add_argument("--s3-bucket", metavar="NAME", help="S3 bucket for packages over Lambda's 50 MB direct-upload limit (default: fmpi-code-ACCOUNT-REGION, created if missing)")
     g.add_argument("--no-bundle-deps", action="store_true", help="leave numpy and powertools out of the zip (a layer provides them)")
     g.add_argument("--fanout-arity", type=int, metavar="K", help="start ranks through an invocation tree of arity K (0: all from fmpirun; default: a tree above 64 ranks)")
     return p
@@ -110,15 +119,20 @@ def _launch(args: argparse.Namespace) -> int:
         return run_lambda(args)
     command = None if args.print_join else resolve_command(args.command)
 
+    try:
+        # The ranks read these; a mistake is cheaper to report here, once, than on every rank.
+        transport = TransportOptions.from_env()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     relay = None
     if args.relay:
         relay_url = args.relay
-        parse_relay_url(relay_url)
+        check_relay_url(relay_url)
     else:
         relay_listen = args.relay_listen or "127.0.0.1:0"
         host, _, port = relay_listen.rpartition(":")
         try:
-            relay = RelayThread(host or "127.0.0.1", int(port))
+            relay = RelayThread(host or "127.0.0.1", int(port), heartbeat_timeout=transport.heartbeat_timeout)
         except (OSError, ValueError) as exc:
             raise UsageError(f"cannot start the relay on {relay_listen}: {exc}") from None
         relay_url = "tcp://{}:{}".format(*relay.address)
@@ -129,10 +143,12 @@ def _launch(args: argparse.Namespace) -> int:
         elif args.verbose and kind == "link":
             log(describe_event(body))
 
-    job = Job(relay_url, args.n, args.fill_timeout, on_output=_print_output, on_event=on_event)
+    job = Job(relay_url, args.n, args.fill_timeout, on_output=_print_output, on_event=on_event, channel=args.channel or "")
     if args.verbose:
-        log(f"job {job.id}: {args.n} ranks, relay {relay_url}")
+        log(f"job {job.id}: {args.n} ranks, relay {display_url(relay_url)}")
+    objects = None
     try:
+        objects = host_objects(job, relay_url)
         if args.print_join:
             outcome_code = _serve_join(job, relay_url)
         else:
@@ -142,6 +158,8 @@ def _launch(args: argparse.Namespace) -> int:
             outcome_code = outcome.code
         _report_links(job, args.verbose, outcome_code == 0)
     finally:
+        if objects is not None:
+            objects.end()
         job.end()
         if relay is not None:
             relay.stop()
@@ -190,7 +208,7 @@ def _join(args: argparse.Namespace) -> int:
     if not token:
         raise UsageError("set FMPI_TOKEN to the job's token (fmpirun --print-join shows it)")
     command = resolve_command(args.command)
-    spec = RankSpec(args.job, args.rank, args.size, args.join, token, fill_timeout=args.fill_timeout)
+    spec = RankSpec(args.job, args.rank, args.size, args.join, token, fill_timeout=args.fill_timeout, channel=args.channel or "")
     env = dict(os.environ)
     env.update(spec.to_env())
     env["PYTHONPATH"] = os.pathsep.join(p for p in (SHIM_DIR, _fmpi_root(), env.get("PYTHONPATH", "")) if p)

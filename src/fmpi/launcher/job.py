@@ -1,4 +1,8 @@
-"""The launcher's view of a job: create it at the relay and follow its events."""
+"""The launcher's view of a job: create it at the relay and follow its events.
+
+The relay is fmpi-relay (tcp://) or Redis (redis://, through ``RedisJob``);
+both feed the same ``JobState``, so the backends cannot tell them apart.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +10,16 @@ import secrets
 import socket
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
 from ..relay.client import Aborted, RelayConnection, RelayError
 from ..relay.protocol import Kind
+from ..relay.redis_connect import is_redis_url
+from ..relay.redis_rendezvous import RedisJob
 from ..transport.stats import LinkTable
-from .rankspec import RankSpec
+from .rankspec import RankSpec, display_url
 
 
 @dataclass
@@ -21,6 +28,7 @@ class JobState:
     world_seconds: float | None = None
     finished: dict[int, int] = field(default_factory=dict)  # rank -> exit code it reported
     lost: set[int] = field(default_factory=set)
+    silent: dict[int, float] = field(default_factory=dict)  # lost ranks the relay dropped for silence -> seconds
     aborts: list[Aborted] = field(default_factory=list)  # every abort the relay relayed, in order
     failure: RelayError | None = None
     links: LinkTable = field(default_factory=LinkTable)  # rank pair -> channel, set-up time, failovers
@@ -30,8 +38,12 @@ class JobState:
         return self.aborts[0] if self.aborts else None
 
     def rank_abort(self) -> Aborted | None:
-        """The first abort a rank asked for (the launcher's own aborts are consequences, not causes)."""
-        return next((a for a in self.aborts if a.rank is not None), None)
+        """The first abort a rank asked for that is not itself a consequence of an abort.
+
+        The launcher's own aborts are consequences (of a rank's exit), and so is
+        a rank's abort over the "job aborted" error another abort gave it.
+        """
+        return next((a for a in self.aborts if a.rank is not None and not (a.cause or {}).get("aborted")), None)
 
 
 class Job:
@@ -44,40 +56,59 @@ class Job:
         fill_timeout: float,
         on_output: Callable[[int, str, str], None] | None = None,
         on_event: Callable[[str, dict], None] | None = None,
+        channel: str = "",
     ) -> None:
         self.relay_url = relay_url
         self.size = size
         self.fill_timeout = fill_timeout
+        self.channel = channel
         self.id = "j" + secrets.token_hex(8)
         self.token = secrets.token_urlsafe(24)
         self.state = JobState()
         self._cond = threading.Condition()
         self._on_output = on_output
         self._on_event = on_event
+        self._closed = False
+        self.on_change: Callable[[], None] | None = None  # called after every state change
+        self._redis: RedisJob | None = None
+        if is_redis_url(relay_url):
+            self._created = time.monotonic()
+            self._redis = RedisJob(relay_url, self.id, self.token, size, fill_timeout, self._on_redis_event)
+            return
         self._conn = RelayConnection(relay_url)
         self._conn.send(Kind.CREATE, {"job": self.id, "token": self.token, "size": size, "fill_timeout": fill_timeout})
         try:
             self._conn.expect(Kind.CREATED, timeout=10.0)
         except socket.timeout:
             raise RelayError(f"the relay at {relay_url} did not answer", "timeout") from None
-        self._closed = False
-        self.on_change: Callable[[], None] | None = None  # called after every state change
         self._thread = threading.Thread(target=self._follow, name="fmpi-job-events", daemon=True)
         self._thread.start()
 
     def spec(self, rank: int) -> RankSpec:
-        return RankSpec(self.id, rank, self.size, self.relay_url, self.token, fill_timeout=self.fill_timeout)
+        return RankSpec(self.id, rank, self.size, self.relay_url, self.token, fill_timeout=self.fill_timeout, channel=self.channel)
 
     def abort(self, code: int, reason: str) -> None:
         try:
-            self._conn.send(Kind.ABORT, {"code": code, "reason": reason})
+            if self._redis is not None:
+                self._redis.abort(code, reason)
+            else:
+                self._conn.send(Kind.ABORT, {"code": code, "reason": reason})
         except RelayError:
             pass
+        except Exception as exc:  # noqa: BLE001 - a redis-py error: the ranks are killed anyway
+            log(f"could not abort the job through {display_url(self.relay_url)}: {exc}")
 
     def end(self) -> None:
+        """Done with the job: the relay forgets it (with Redis: every key of the job is deleted)."""
         if self._closed:
             return
         self._closed = True
+        if self._redis is not None:
+            try:
+                self._redis.end()
+            except Exception as exc:  # noqa: BLE001 - the keys' TTL removes them later
+                log(f"could not delete job {self.id} from {display_url(self.relay_url)} (its keys expire on their own): {exc}")
+            return
         try:
             self._conn.send(Kind.END, {"job": self.id})
         except RelayError:
@@ -111,6 +142,27 @@ class Job:
             if self._on_event is not None:
                 self._on_event(kind_name, body)
 
+    def _on_redis_event(self, kind: str, body: dict) -> None:
+        """An event from the job's Redis list (RedisJob's thread): the same effects as fmpi-relay's frames."""
+        if kind == "abort":
+            exc = Aborted.from_body(body)
+            self._update(lambda s: s.aborts.append(exc))
+            return
+        if kind == "error":
+            failure = RelayError(str(body.get("message", "the job failed")), str(body.get("code", "error")), body)
+            if not self._closed:
+                self._update(lambda s: setattr(s, "failure", failure))
+            return
+        if kind == "output":
+            if self._on_output is not None:
+                self._on_output(body["rank"], body["stream"], body["data"])
+            return
+        if kind == "world":  # Redis has no monotonic clock of ours: time it here
+            body = {**body, "seconds": round(time.monotonic() - self._created, 6)}
+        self._update(lambda s: _apply(s, kind, body))
+        if self._on_event is not None:
+            self._on_event(kind, body)
+
     def _update(self, change: Callable[[JobState], None]) -> None:
         with self._cond:
             change(self.state)
@@ -134,6 +186,8 @@ def _apply(state: JobState, kind: str, body: dict) -> None:
         state.links.add(body["rank"], body)
     elif kind == "lost":
         state.lost.add(body["rank"])
+        if isinstance(body.get("silent"), (int, float)):
+            state.silent[body["rank"]] = float(body["silent"])
 
 
 def log(message: str) -> None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from .job import Job, log
+from .job import Job
 
 SHIM_DIR = str(Path(__file__).parent / "shim")
 KILL_GRACE = 2.0  # seconds between asking ranks to stop and killing them
@@ -154,11 +154,14 @@ def _supervise(job: Job, procs: list[subprocess.Popen]) -> Outcome:
     """Wait for the ranks; the first failure (or a job failure at the relay) ends all of them."""
     wake = threading.Condition()
     exited: dict[int, int] = {}
+    exit_times: dict[int, float] = {}
+    first_kill: list[float] = []  # when fmpirun itself began killing ranks
 
     def reap(rank: int, proc: subprocess.Popen) -> None:
         code = proc.wait()
         with wake:
             exited[rank] = code
+            exit_times[rank] = time.monotonic()
             wake.notify()
 
     def on_change() -> None:
@@ -174,7 +177,8 @@ def _supervise(job: Job, procs: list[subprocess.Popen]) -> Outcome:
     kill_at: float | None = None
     seen: set[int] = set()
     with wake:
-        while len(exited) < len(procs):
+        while True:
+            # (Exits are looked at before the loop can end: the last ones may arrive together.)
             for rank in sorted(set(exited) - seen):
                 seen.add(rank)
                 code = exited[rank]
@@ -190,11 +194,21 @@ def _supervise(job: Job, procs: list[subprocess.Popen]) -> Outcome:
             if failure is None and state.abort is not None:
                 failure = Outcome(state.abort.exit_code, str(state.abort))
                 kill_at = time.monotonic() + KILL_GRACE
+            hung = sorted(r for r in state.silent if r not in exited)
+            if failure is None and hung:
+                # Alive but mute (stopped, or stuck with its progress thread): the
+                # others get PEER_LOST and would fail one by one; end it all, naming it.
+                rank = hung[0]
+                failure = Outcome(1, f"rank {rank} stopped responding (no heartbeat for {state.silent[rank]:g} s); all ranks stopped")
+                job.abort(1, f"rank {rank} stopped responding")
+                kill_at = time.monotonic()
             if kill_at is not None and time.monotonic() >= kill_at:
+                first_kill.append(time.monotonic())
                 _kill([p for r, p in enumerate(procs) if r not in exited], wait=False)
                 kill_at = None
-            if len(exited) < len(procs):
-                wake.wait(None if kill_at is None else max(0.0, kill_at - time.monotonic()))
+            if len(exited) == len(procs):
+                break
+            wake.wait(None if kill_at is None else max(0.0, kill_at - time.monotonic()))
     if failure is not None and failure.message is None:
         # Described only now: a rank that aborts (MPI_Abort, an uncaught
         # exception) makes the others exit too, possibly before itself, and its
@@ -205,7 +219,35 @@ def _supervise(job: Job, procs: list[subprocess.Popen]) -> Outcome:
             failure = Outcome(abort.exit_code, str(abort))
         else:
             failure.message = _describe_exit(failed_rank, exited[failed_rank])
+    if failure is not None:
+        failure = _root_cause(failure, job, exited, exit_times, first_kill[0] if first_kill else None)
     return failure or Outcome(0)
+
+
+def _root_cause(failure: Outcome, job: Job, exited: dict[int, int], exit_times: dict[int, float], killed: float | None) -> Outcome:
+    """Name the rank that died rather than the peer that noticed it first.
+
+    A rank killed by a signal or ended by ``os._exit`` leaves no reason of
+    its own; a peer blocked on it then fails with "rank D is gone" and
+    aborts, saying in its abort that it lost D (``cause``), and that abort
+    can reach fmpirun first. When D's process ended abnormally before
+    fmpirun began stopping ranks (and D neither aborted nor finalized), D's
+    death is the cause.
+    """
+    abort = job.state.rank_abort()
+    if abort is None or failure.message != str(abort):
+        return failure
+    dead = (abort.cause or {}).get("lost")
+    if dead is None:
+        return failure
+    code = exited.get(dead)
+    if code is None or code == 0 or dead in job.state.finished or any(a.rank == dead for a in job.state.aborts):
+        return failure
+    if killed is not None and exit_times.get(dead, killed) >= killed:
+        return failure  # (it may have been stopped by us)
+    if code > 0 and code == abort.exit_code:
+        return failure  # (it may have exited on the abort itself)
+    return Outcome(_exit_status(code), _describe_exit(dead, code))
 
 
 def _exit_status(code: int) -> int:

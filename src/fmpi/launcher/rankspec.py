@@ -7,10 +7,17 @@ here, so a malformed one fails with one clear message before any I/O.
 
 from __future__ import annotations
 
+import re
+
 import os
 import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
+
+from ..relay.client import parse_relay_url
+from ..relay.redis_connect import check_url as check_redis_url
+from ..relay.redis_connect import is_redis_url, safe_url
+from ..transport.options import CHANNELS
 
 ENV_PREFIX = "FMPI_"
 DEFAULT_FILL_TIMEOUT = 60.0
@@ -18,6 +25,31 @@ DEFAULT_FILL_TIMEOUT = 60.0
 
 class SpecError(ValueError):
     """A rank specification (environment or event) is missing or invalid."""
+
+
+def _without_password(url: str) -> str:
+    """`url` with any user:password@ part replaced (a mistyped scheme must not print a password)."""
+    return re.sub(r"//[^/@]*@", "//***@", url, count=1)
+
+
+def check_relay_url(url: str) -> None:
+    """Raise ValueError unless `url` names a relay: tcp://host:port (fmpi-relay), several of them
+    (tcp://a:7000,b:7000: the job's rendezvous on the first, its shared objects sharded over all),
+    or redis[s]://[:password@]host:port/db."""
+    if is_redis_url(url):
+        check_redis_url(url)
+    elif not url.startswith(("tcp://", "tls://")):
+        raise ValueError(
+            f"unsupported relay URL {_without_password(url)!r}: expected tcp://host:port (fmpi-relay) or redis://[:password@]host:port/db (tls://host:port: fmpi-relay with TLS)"
+            " (several fmpi-relays: tcp://a:7000,b:7000)"
+        )
+    else:
+        parse_relay_url(url)
+
+
+def display_url(url: str) -> str:
+    """`url` as it may be printed: a Redis password is left out."""
+    return safe_url(url) if is_redis_url(url) else url
 
 
 @dataclass(frozen=True)
@@ -29,6 +61,7 @@ class RankSpec:
     token: str = field(repr=False)  # the job secret: never printed
     incarnation: str = field(default_factory=lambda: uuid.uuid4().hex)
     fill_timeout: float = DEFAULT_FILL_TIMEOUT
+    channel: str = ""  # FMPI_CHANNEL for the rank ("" = the rank's own environment, else auto)
 
     def __post_init__(self) -> None:
         if not self.job:
@@ -39,6 +72,12 @@ class RankSpec:
             raise SpecError(f"rank {self.rank} is outside a world of {self.size}")
         if not self.relay:
             raise SpecError("no relay URL")
+        try:
+            check_relay_url(self.relay)
+        except ValueError as exc:
+            raise SpecError(str(exc)) from None
+        if self.channel and self.channel not in CHANNELS:
+            raise SpecError(f"channel must be one of {', '.join(CHANNELS)}, not {self.channel!r}")
         if len(self.token) < 16:
             raise SpecError("job token is missing or too short")
         if self.fill_timeout <= 0:
@@ -46,14 +85,15 @@ class RankSpec:
 
     # -- environment --------------------------------------------------------
     def to_env(self) -> dict[str, str]:
-        return {ENV_PREFIX + k.upper(): str(v) for k, v in asdict(self).items()}
+        # An empty channel is left out: it must not mask FMPI_CHANNEL set by the user.
+        return {ENV_PREFIX + k.upper(): str(v) for k, v in asdict(self).items() if v != ""}
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> "RankSpec | None":
         """The spec fmpirun put in the environment, or None when not launched by fmpirun."""
         if ENV_PREFIX + "JOB" not in env:
             return None
-        raw = {k: env.get(ENV_PREFIX + k.upper()) for k in ("job", "rank", "size", "relay", "token", "incarnation", "fill_timeout")}
+        raw = {k: env.get(ENV_PREFIX + k.upper()) for k in ("job", "rank", "size", "relay", "token", "incarnation", "fill_timeout", "channel")}
         return cls.from_mapping(raw, "environment")
 
     # -- Lambda event -------------------------------------------------------
@@ -74,6 +114,7 @@ class RankSpec:
                 token=str(raw["token"]),
                 incarnation=str(raw.get("incarnation") or uuid.uuid4().hex),
                 fill_timeout=float(raw.get("fill_timeout") or DEFAULT_FILL_TIMEOUT),
+                channel=str(raw.get("channel") or "").strip().lower(),
             )
         except (TypeError, ValueError) as exc:
             if isinstance(exc, SpecError):

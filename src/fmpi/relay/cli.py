@@ -6,9 +6,10 @@ import argparse
 import asyncio
 import logging
 import signal
+import ssl
 import sys
 
-from .server import RelayServer
+from .server import RelayServer, server_tls_context
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,8 +21,37 @@ def main(argv: list[str] | None = None) -> int:
         "--probe-port", type=int, default=0,
         help="second port ranks use to detect symmetric NATs (default: any free port; open it in the firewall too; -1 disables)",
     )
+    p.add_argument(
+        "--dso-max-value", type=_size, default=64 << 20, metavar="BYTES",
+        help="largest value one shared-object call may carry, e.g. 64M (default 64M); larger calls are refused",
+    )
+    p.add_argument(
+        "--dso-job-bytes", type=_size, default=256 << 20, metavar="BYTES",
+        help="memory the shared objects of one job may hold on this relay, e.g. 1G (default 256M)",
+    )
+    p.add_argument(
+        "--heartbeat-timeout", type=float, default=4.0, metavar="S",
+        help="a rank silent this long (no heartbeat: its host vanished, or it is stopped) is lost (default %(default)s)",
+    )
+    p.add_argument(
+        "--tls-cert", metavar="PEM",
+        help="serve TLS with this certificate (chain, PEM); clients then use tls://host:port (see docs/troubleshooting.md)",
+    )
+    p.add_argument("--tls-key", metavar="PEM", help="the certificate's private key (PEM; default: in the --tls-cert file)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     args = p.parse_args(argv)
+    if not args.heartbeat_timeout > 0:
+        p.error("--heartbeat-timeout must be positive")
+    if args.tls_key and not args.tls_cert:
+        p.error("--tls-key needs --tls-cert")
+    args.ssl_context = None
+    if args.tls_cert:
+        try:
+            args.ssl_context = server_tls_context(args.tls_cert, args.tls_key)
+        except (OSError, ssl.SSLError) as exc:
+            print(f"fmpi-relay: error: cannot load the TLS certificate {args.tls_cert}"
+                  f"{' / key ' + args.tls_key if args.tls_key else ''}: {exc}", file=sys.stderr)
+            return 1
     logging.basicConfig(level=args.log_level, format="%(asctime)s fmpi-relay %(levelname)s %(message)s")
     try:
         return asyncio.run(_serve(args))
@@ -30,7 +60,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    server = RelayServer(args.host, args.port, max_jobs=args.max_jobs, probe_port=None if args.probe_port < 0 else args.probe_port)
+    server = RelayServer(
+        args.host, args.port, max_jobs=args.max_jobs, probe_port=None if args.probe_port < 0 else args.probe_port,
+        dso_max_value=args.dso_max_value, dso_job_bytes=args.dso_job_bytes, heartbeat_timeout=args.heartbeat_timeout,
+        ssl_context=args.ssl_context,
+    )
     try:
         await server.start()
     except OSError as exc:
@@ -38,7 +72,8 @@ async def _serve(args: argparse.Namespace) -> int:
         return 1
     host, port = server.address
     # The line tests and scripts wait for; flushed so a pipe sees it at once.
-    print(f"fmpi-relay listening on tcp://{host}:{port}", flush=True)
+    scheme = "tls" if args.ssl_context is not None else "tcp"
+    print(f"fmpi-relay listening on {scheme}://{host}:{port}", flush=True)
     if server.probe_port:
         print(f"fmpi-relay NAT probe port {server.probe_port} (ranks behind NATs connect to it too)", flush=True)
     stop = asyncio.Event()
@@ -50,6 +85,19 @@ async def _serve(args: argparse.Namespace) -> int:
     await server.close()
     serving.cancel()
     return 0
+
+
+def _size(text: str) -> int:
+    """'4096', '64K', '64M', '1G' -> bytes."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    try:
+        value = int(t[:-1]) * units[t[-1]] if t and t[-1] in units else int(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 4096, 64K, 64M, 1G)") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"size must be positive, not {text!r}")
+    return value
 
 
 def entry() -> None:

@@ -1,15 +1,23 @@
-"""Blocking client of fmpi-relay, used by ranks (register, wait for the world) and launchers (create, watch)."""
+"""Blocking client of fmpi-relay, used by ranks (register, wait for the world) and launchers (create, watch).
+
+``tls://host:port`` reaches a relay started with ``--tls-cert``: the
+connection is wrapped in TLS and the relay's certificate is verified against
+the system's trusted CAs, or only against ``FMPI_TLS_CA`` (a PEM file) when
+that is set (a private CA, or a self-signed relay certificate).
+"""
 
 from __future__ import annotations
 
+import os
 import socket
+import ssl
 import struct
 import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from .protocol import HEADER_SIZE, MAX_SERVER_FRAME, Kind, ProtocolError, decode_body, decode_header, encode
+from .protocol import HEADER_SIZE, MAX_SERVER_FRAME, Kind, ProtocolError, abort_cause, decode_body, decode_header, encode
 
 
 class RelayError(Exception):
@@ -22,24 +30,105 @@ class RelayError(Exception):
 
 
 class Aborted(RelayError):
-    """The job was aborted (by a rank or by the launcher)."""
+    """The job was aborted (by a rank or by the launcher).
 
-    def __init__(self, code: int, reason: str, rank: int | None) -> None:
+    ``cause``: what the aborting rank's failure was a consequence of, if it
+    said (``{"lost": R}``, ``{"aborted": True}``; see ``protocol.abort_cause``).
+    """
+
+    def __init__(self, code: int, reason: str, rank: int | None, cause: dict[str, Any] | None = None) -> None:
         who = "the launcher" if rank is None else f"rank {rank}"
         super().__init__(f"job aborted by {who}: {reason}", "aborted")
         self.exit_code = code
         self.reason = reason
         self.rank = rank
+        self.cause = cause
+
+    @classmethod
+    def from_body(cls, body: dict[str, Any]) -> "Aborted":
+        """From an ABORT frame's (or notice's) body."""
+        rank = body.get("rank")
+        return cls(int(body.get("code", 1)), str(body.get("reason", "")), rank if isinstance(rank, int) else None, abort_cause(body.get("cause")))
 
 
 def parse_relay_url(url: str) -> tuple[str, int]:
-    """'tcp://host:port' -> (host, port), with one clear error for anything else."""
+    """'tcp://host:port' -> (host, port), with one clear error for anything else.
+
+    Several relays, 'tcp://a:7000,b:7000' (shared objects sharded over all of
+    them): every address is checked, the first one is returned — the relay
+    that holds the job's rendezvous.
+    """
+    return relay_addresses(url)[0]
+
+
+def relay_addresses(url: str) -> list[tuple[str, int]]:
+    """'tcp://a:7000,b:7000' (or 'tcp://a:7000,tcp://b:7000') -> [(a, 7000), (b, 7000)]; one address is a list of one.
+
+    'tls://a:7000,b:7000': the same, every relay spoken to over TLS.
+    """
+    if "," not in url:
+        return [_parse_one(url)]
+    scheme = relay_scheme(url)
+    prefix = scheme + "://"
+    if not url.startswith(prefix):
+        raise ValueError(f"unsupported relay URL {url!r}: expected tcp://host:port[,host:port...] or tls://...")
+    out = []
+    for part in url[len(prefix) :].split(","):
+        part = part.strip()
+        if not part:
+            raise ValueError(f"relay URL {url!r} has an empty address")
+        out.append(_parse_one(part if part.startswith(prefix) else prefix + part))
+    if len(set(out)) != len(out):
+        raise ValueError(f"relay addresses repeat in {url!r}")
+    return out
+
+
+def relay_scheme(url: str) -> str:
+    """'tcp' or 'tls' (how the relay at `url` is spoken to)."""
+    return "tls" if url.strip().startswith("tls://") else "tcp"
+
+
+def _parse_one(url: str) -> tuple[str, int]:
     parts = urlsplit(url)
-    if parts.scheme != "tcp":
-        raise ValueError(f"unsupported relay URL {url!r}: expected tcp://host:port")
+    if parts.scheme not in ("tcp", "tls"):
+        raise ValueError(f"unsupported relay URL {url!r}: expected tcp://host:port (or tls://host:port)")
     if not parts.hostname or parts.port is None:
-        raise ValueError(f"relay URL {url!r} needs a host and a port (tcp://host:port)")
+        raise ValueError(f"relay URL {url!r} needs a host and a port ({parts.scheme or 'tcp'}://host:port)")
     return parts.hostname, parts.port
+
+
+TLS_CA_ENV = "FMPI_TLS_CA"
+
+
+def tls_client_context() -> ssl.SSLContext:
+    """What a client trusts in a relay: the system's CAs, or only the PEM file named by FMPI_TLS_CA."""
+    cafile = os.environ.get(TLS_CA_ENV) or None
+    try:
+        return ssl.create_default_context(cafile=cafile)
+    except (OSError, ssl.SSLError) as exc:
+        raise RelayError(f"cannot load the CA certificates in {TLS_CA_ENV}={cafile}: {exc}", "tls") from None
+
+
+def _wrap_tls(sock: socket.socket, url: str, host: str) -> ssl.SSLSocket:
+    """Handshake with the relay (under the socket's timeout) and verify its certificate; one clear error if not."""
+    context = tls_client_context()
+    try:
+        return context.wrap_socket(sock, server_hostname=host)
+    except ssl.SSLCertVerificationError as exc:
+        hint = (
+            f"it is not signed by the CA in {TLS_CA_ENV}" if os.environ.get(TLS_CA_ENV)
+            else f"if it is signed by a private CA, set {TLS_CA_ENV}=/path/to/ca.pem"
+        )
+        raise RelayError(
+            f"cannot reach the relay at {url}: its TLS certificate is not trusted ({exc.verify_message}); {hint}", "tls"
+        ) from None
+    except ssl.SSLError as exc:
+        raise RelayError(
+            f"cannot reach the relay at {url}: the TLS handshake failed ({exc.reason or exc}); is it an fmpi-relay "
+            "started with --tls-cert? (a relay without TLS takes tcp://)", "tls"
+        ) from None
+    except (OSError, socket.timeout) as exc:
+        raise RelayError(f"cannot reach the relay at {url}: the TLS handshake failed: {exc or 'timed out'}", "tls") from None
 
 
 @dataclass(frozen=True)
@@ -78,7 +167,15 @@ class RelayConnection:
                 sock.close()
             raise RelayError(f"cannot reach the relay at {url}: {exc}", "unreachable") from None
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if relay_scheme(url) == "tls":
+            plain = self.sock
+            try:
+                self.sock = _wrap_tls(plain, url, host)
+            except BaseException:
+                plain.close()
+                raise
         self._buf = bytearray()
+        self._heard = False  # a frame came back (see recv)
 
     def send(self, kind: Kind, body: dict[str, Any] | None = None) -> None:
         try:
@@ -89,17 +186,36 @@ class RelayConnection:
     def recv(self, timeout: float | None) -> tuple[Kind, dict[str, Any]]:
         """Next frame (blocking up to `timeout`); ERROR frames are raised as RelayError."""
         self.sock.settimeout(timeout)
+        head = b""
         try:
-            kind, length = decode_header(self._read(HEADER_SIZE), MAX_SERVER_FRAME)
-            body = decode_body(kind, self._read(length))
+            kind = Kind.HEARTBEAT
+            while kind is Kind.HEARTBEAT:  # (the transport takes heartbeats; nothing here waits for one)
+                head = self._read(HEADER_SIZE)
+                kind, length = decode_header(head, MAX_SERVER_FRAME)
+                body = decode_body(kind, self._read(length))
         except socket.timeout:
             raise
-        except (OSError, ProtocolError) as exc:
+        except ProtocolError as exc:
+            if head[:1] in (b"\x15", b"\x16") and relay_scheme(self.url) == "tcp":  # a TLS alert or handshake record
+                raise RelayError(
+                    f"the relay at {self.url} speaks TLS: use tls://{self.url[len('tcp://'):]} "
+                    "(and FMPI_TLS_CA=/path/to/ca.pem for a private CA)",
+                    "tls",
+                ) from None
             raise RelayError(f"lost the connection to the relay at {self.url}: {exc}", "lost") from None
+        except OSError as exc:
+            if not self._heard and relay_scheme(self.url) == "tcp":
+                # A TLS relay drops a plain client's first frame without a word.
+                raise RelayError(
+                    f"the relay at {self.url} closed the connection without answering ({exc}); if it serves TLS "
+                    f"(fmpi-relay --tls-cert), use tls://{self.url[len('tcp://'):]}", "lost",
+                ) from None
+            raise RelayError(f"lost the connection to the relay at {self.url}: {exc}", "lost") from None
+        self._heard = True
         if kind is Kind.ERROR:
             raise RelayError(str(body.get("message", "relay error")), str(body.get("code", "error")), body)
         if kind is Kind.ABORT:
-            raise Aborted(int(body.get("code", 1)), str(body.get("reason", "")), body.get("rank"))
+            raise Aborted.from_body(body)
         return kind, body
 
     def expect(self, want: Kind, timeout: float | None) -> dict[str, Any]:
@@ -119,7 +235,14 @@ class RelayConnection:
         return data
 
     def take_buffer(self) -> bytes:
-        """Bytes read from the relay but not consumed yet (handed over with the socket)."""
+        """Bytes read from the relay but not consumed yet (handed over with the socket).
+
+        Over TLS that includes what OpenSSL decrypted and holds: epoll
+        cannot report those bytes to the new owner.
+        """
+        if isinstance(self.sock, ssl.SSLSocket):
+            while self.sock.pending():
+                self._buf += self.sock.recv(self.sock.pending())
         data, self._buf = bytes(self._buf), bytearray()
         return data
 
@@ -132,17 +255,22 @@ def _resolve(host: str, port: int) -> tuple[str, int]:
     return info[0][4][:2]
 
 
-def route_source_ip(url: str) -> str:
-    """The local address this machine would use to reach the relay (no packet is sent)."""
-    host, port = parse_relay_url(url)
+def local_ip_towards(host: str, port: int, what: str) -> str:
+    """The local address this machine would use to reach host:port, the server `what` names (no packet is sent)."""
     try:
         target = _resolve(host, port)
         family = socket.AF_INET6 if ":" in target[0] else socket.AF_INET
         with socket.socket(family, socket.SOCK_DGRAM) as probe:
-            probe.connect(target)
+            probe.connect(target)  # a UDP connect only picks the route
             return probe.getsockname()[0]
     except OSError as exc:
-        raise RelayError(f"cannot reach the relay at {url}: {exc}", "unreachable") from None
+        raise RelayError(f"cannot reach {what}: {exc}", "unreachable") from None
+
+
+def route_source_ip(url: str) -> str:
+    """The local address this machine would use to reach the relay (no packet is sent)."""
+    host, port = parse_relay_url(url)
+    return local_ip_towards(host, port, f"the relay at {url}")
 
 
 def observe(conn: RelayConnection, timeout: float) -> tuple[tuple[str, int], int | None]:
@@ -197,6 +325,7 @@ def register(
     """Take a rank slot; returns (rank, size, the address the relay saw us come from)."""
     body: dict[str, Any] = {
         "job": job, "token": token, "rank": rank, "incarnation": incarnation, "endpoints": [list(e) for e in endpoints],
+        "heartbeat": True,  # this rank beats once its world is out: the relay may count silence as death
     }
     if probe is not None:
         body["probe"] = list(probe)

@@ -40,6 +40,7 @@ class Kind(enum.IntEnum):
     OUTPUT = 12  # a chunk of the rank's stdout/stderr, forwarded to the launcher
     OBSERVE = 13  # before REGISTER: where does the relay see this connection come from?
     LINK = 14  # a link to a peer came up or failed over (reported to the launcher)
+    HEARTBEAT = 15  # rank <-> relay, every second: "still here" (a dead host behind a NAT sends no FIN)
     # either -> relay
     ABORT = 20
     # relay -> client
@@ -53,6 +54,12 @@ class Kind(enum.IntEnum):
     OBSERVED = 37  # answer to OBSERVE (and what the probe port says to any connection)
     # rank <-> relay <-> rank
     FORWARD = 40  # binary: rank (i32) + a chunk of a relayed link's byte stream
+    # distributed shared objects (relay/dso.py)
+    DSO_CREATE = 50  # launcher -> relay: host a job's shared objects on this node (a job without rank slots)
+    DSO_ATTACH = 51  # first frame of a DSO client connection: job and token
+    DSO_ATTACHED = 52  # relay -> client: attached; the relay's limits
+    DSO_CALL = 53  # binary: request id (u32), JSON length (u32), JSON {type, name, method, args}, value bytes
+    DSO_REPLY = 54  # binary, same layout: JSON {ok: true, ...} or {error, message}
 
 
 class ProtocolError(Exception):
@@ -68,7 +75,30 @@ _FIELDS: dict[Kind, dict[str, type | tuple[type, ...]]] = {
     Kind.OUTPUT: {"stream": str, "data": str},
     Kind.ABORT: {"code": int, "reason": str},
     Kind.LINK: {"peer": int, "kind": str, "seconds": (int, float)},
+    Kind.DSO_CREATE: {"job": str, "token": str},
+    Kind.DSO_ATTACH: {"job": str, "token": str},
 }
+
+
+def abort_cause(value: Any) -> dict[str, Any] | None:
+    """An ABORT's optional "cause", if well formed: {"lost": rank} or {"aborted": true}; anything else is None.
+
+    A rank that fails only because a peer died, or because the job was
+    already aborted, says so; the launcher then names the real cause.
+    """
+    if isinstance(value, dict) and len(value) == 1:
+        lost = value.get("lost")
+        if isinstance(lost, int) and not isinstance(lost, bool) and lost >= 0:
+            return {"lost": lost}
+        if value.get("aborted") is True:
+            return {"aborted": True}
+    return None
+
+
+def abort_body(code: int, reason: str, cause: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The body of an ABORT frame a rank sends."""
+    return {"code": code, "reason": reason, **({"cause": cause} if cause else {})}
+
 
 FORWARD_RANK = struct.Struct("!i")
 FORWARD_OVERHEAD = HEADER_SIZE + FORWARD_RANK.size
@@ -136,3 +166,35 @@ def _type_name(typ: type | tuple[type, ...]) -> str:
     if isinstance(typ, tuple):
         return " or ".join(t.__name__ for t in typ)
     return typ.__name__
+
+
+# ----------------------------------------------------------------- DSO frames
+# DSO_CALL / DSO_REPLY body: request id (u32) and JSON length (u32), the JSON
+# object, then the value's raw bytes (never unpickled: numpy data is read with
+# frombuffer and a whitelisted dtype).
+DSO_PREFIX = struct.Struct("!II")
+DSO_OVERHEAD = HEADER_SIZE + DSO_PREFIX.size
+MAX_DSO_JSON = 64 << 10
+
+
+def dso_head(kind: Kind, request: int, meta: dict[str, Any], nbytes: int) -> bytes:
+    """Everything of a DSO_CALL / DSO_REPLY frame but its `nbytes` of value (sent after it, not copied)."""
+    text = json.dumps(meta, separators=(",", ":")).encode()
+    return HEADER.pack(VERSION, kind, 0, DSO_PREFIX.size + len(text) + nbytes) + DSO_PREFIX.pack(request, len(text)) + text
+
+
+def decode_dso(body: bytes | bytearray | memoryview) -> tuple[int, dict[str, Any], memoryview]:
+    """(request id, JSON object, value) of a DSO_CALL / DSO_REPLY body."""
+    view = memoryview(body)
+    if len(view) < DSO_PREFIX.size:
+        raise ProtocolError("DSO frame without its request id")
+    request, jlen = DSO_PREFIX.unpack_from(view)
+    if jlen > MAX_DSO_JSON or DSO_PREFIX.size + jlen > len(view):
+        raise ProtocolError("DSO frame with an invalid JSON length")
+    try:
+        meta = json.loads(bytes(view[DSO_PREFIX.size : DSO_PREFIX.size + jlen]))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ProtocolError(f"DSO frame JSON is not valid: {exc}") from None
+    if not isinstance(meta, dict):
+        raise ProtocolError("DSO frame JSON must be an object")
+    return request, meta, view[DSO_PREFIX.size + jlen :]

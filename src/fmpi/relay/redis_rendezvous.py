@@ -10,10 +10,15 @@ registrant publishes the world), so ranks need no lock and no polling:
     fmpi:{J}:members        hash: rank -> {"incarnation", "endpoints", "observed"}
     fmpi:{J}:inbox:R        list: what rank R is told (world, abort, error); R BLPOPs it
     fmpi:{J}:events         list: what the launcher is told (joined, world, finished, output, abort)
+    fmpi:{J}:mbox:R         list: relayed link chunks for rank R (see redis_mailbox.py)
+    fmpi:{J}:finished       hash: rank -> exit code, once the rank finalized
 
 Every key has a TTL, and the launcher deletes the whole job when it ends, so
 nothing is left behind in the user's Redis. The address Redis sees a rank's
 connection come from (``CLIENT INFO``) is its observed public endpoint.
+
+Connections (URL checks, the rank's bound connection, Redis Cluster routing)
+are made in ``redis_connect.py``.
 """
 
 from __future__ import annotations
@@ -23,43 +28,26 @@ import json
 import threading
 import time
 from typing import Any, Callable
-from urllib.parse import urlsplit
 
 from ..ranges import describe_ranks
 from .client import Aborted, PeerInfo, RelayError
+from .protocol import abort_body
+from .redis_connect import connect, explain, safe_url
 
 DEFAULT_TTL = 24 * 3600  # seconds a job's keys may outlive a launcher that vanished
 
 
-def connect(url: str, timeout: float = 10.0):
-    """A redis-py client for `url` (redis:// or rediss://), with one clear error if unreachable."""
-    try:
-        import redis
-    except ImportError:
-        raise RelayError("a redis:// relay needs redis-py: pip install 'fmpi[redis]'", "unavailable") from None
-    scheme = urlsplit(url).scheme
-    if scheme not in ("redis", "rediss"):
-        raise ValueError(f"unsupported Redis URL {url!r}: expected redis://[:password@]host:port/db or rediss://...")
-    client = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=None, health_check_interval=0)
-    try:
-        client.ping()
-    except redis.AuthenticationError as exc:
-        raise RelayError(f"Redis at {_safe(url)} refused the password: {exc}", "auth") from None
-    except redis.RedisError as exc:
-        raise RelayError(f"cannot reach Redis at {_safe(url)}: {exc}", "unreachable") from None
-    return client
-
-
-def _safe(url: str) -> str:
-    """The URL without its password, for messages."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    return f"{parts.scheme}://{host}:{parts.port or 6379}{parts.path}"
-
-
 def _keys(job: str) -> dict[str, str]:
     base = f"fmpi:{{{job}}}"
-    return {"meta": f"{base}:meta", "members": f"{base}:members", "events": f"{base}:events", "inbox": f"{base}:inbox:"}
+    return {
+        "meta": f"{base}:meta", "members": f"{base}:members", "events": f"{base}:events", "inbox": f"{base}:inbox:",
+        "mbox": f"{base}:mbox:", "finished": f"{base}:finished",
+    }
+
+
+def job_pattern(job: str) -> str:
+    """The SCAN pattern of every key of `job`."""
+    return f"fmpi:{{{job}}}:*"
 
 
 def _token_hash(token: str) -> str:
@@ -144,8 +132,8 @@ class RedisJob:
     ) -> None:
         self.url, self.job, self.size, self.ttl = url, job, size, ttl
         self._keys = _keys(job)
-        self._redis = connect(url)
-        self._events_conn = connect(url)  # BLPOP blocks its connection
+        self._redis = connect(url, job=job)
+        self._events_conn = connect(url, job=job)  # BLPOP blocks its connection
         self._on_event = on_event
         self._notify = self._redis.register_script(_NOTIFY_ALL)
         created = self._redis.hsetnx(self._keys["meta"], "token", _token_hash(token))
@@ -170,7 +158,7 @@ class RedisJob:
             return
         self._closed.set()
         self._timer.cancel()
-        pattern = f"fmpi:{{{self.job}}}:*"
+        pattern = job_pattern(self.job)
         keys = list(self._redis.scan_iter(match=pattern, count=1000))
         if keys:
             self._redis.delete(*keys)
@@ -195,7 +183,12 @@ class RedisJob:
 
     def _follow(self) -> None:
         while not self._closed.is_set():
-            item = self._events_conn.blpop([self._keys["events"]], timeout=0)
+            try:
+                item = self._events_conn.blpop([self._keys["events"]], timeout=0)
+            except Exception as exc:  # noqa: BLE001 - Redis went away: the job has failed, say so once
+                if not self._closed.is_set():
+                    self._on_event("error", {"kind": "error", "code": "lost", "message": f"lost Redis at {safe_url(self.url)}: {explain(exc)}"})
+                return
             if item is None:
                 continue
             event = json.loads(item[1])
@@ -208,12 +201,12 @@ class RedisJob:
 class RedisRank:
     """Rank side: register, wait for the world, then hear aborts and job failures on the rank's inbox."""
 
-    def __init__(self, url: str, job: str, token: str) -> None:
+    def __init__(self, url: str, job: str, token: str, source: tuple[str, int] | None = None) -> None:
         self.url, self.job = url, job
         self._token = token
         self._keys = _keys(job)
-        self._redis = connect(url)
-        self._inbox_conn = connect(url)
+        self._redis = connect(url, source=source, job=job)
+        self._inbox_conn = connect(url, job=job)
         self._register = self._redis.register_script(_REGISTER)
         self._notify = self._redis.register_script(_NOTIFY_ALL)
         self.rank = -1
@@ -243,7 +236,7 @@ class RedisRank:
         remaining = max(0.1, deadline - time.monotonic()) + 5.0  # the launcher enforces the deadline
         item = self._inbox_conn.blpop([self._inbox()], timeout=remaining)
         if item is None:
-            raise RelayError(f"no world from Redis at {_safe(self.url)} in time (is the launcher alive?)", "timeout")
+            raise RelayError(f"no world from Redis at {safe_url(self.url)} in time (is the launcher alive?)", "timeout")
         notice = json.loads(item[1])
         self._raise_notice(notice)
         return [
@@ -260,7 +253,7 @@ class RedisRank:
                     item = self._inbox_conn.blpop([self._inbox()], timeout=0)
                 except Exception as exc:  # the connection to Redis is gone
                     if not self._stop.is_set():
-                        on_notice(RelayError(f"lost Redis at {_safe(self.url)}: {exc}", "lost"))
+                        on_notice(RelayError(f"lost Redis at {safe_url(self.url)}: {explain(exc)}", "lost"))
                     return
                 notice = json.loads(item[1])
                 if notice.get("kind") == "_stop":
@@ -272,8 +265,12 @@ class RedisRank:
 
         threading.Thread(target=run, name="fmpi-redis-inbox", daemon=True).start()
 
-    def abort(self, code: int, reason: str) -> None:
-        notice = json.dumps({"kind": "abort", "code": code, "reason": reason, "rank": self.rank})
+    def hand_over(self) -> tuple[Any, Any]:
+        """After the world: (the command client, the blocking client) for the rank's bridge, which then owns them."""
+        return self._redis, self._inbox_conn
+
+    def abort(self, code: int, reason: str, cause: dict[str, Any] | None = None) -> None:
+        notice = json.dumps({"kind": "abort", **abort_body(code, reason, cause), "rank": self.rank})
         self._notify(keys=self._list(), args=[self._keys["inbox"], notice, "aborted", ""])
 
     def event(self, body: dict[str, Any]) -> None:
@@ -306,6 +303,6 @@ class RedisRank:
     def _raise_notice(notice: dict[str, Any]) -> None:
         kind = notice.get("kind")
         if kind == "abort":
-            raise Aborted(int(notice["code"]), str(notice["reason"]), notice.get("rank"))
+            raise Aborted.from_body(notice)
         if kind == "error":
             raise RelayError(str(notice["message"]), str(notice["code"]), notice)

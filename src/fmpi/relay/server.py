@@ -25,6 +25,19 @@ NAT traversal support:
   Undeliverable chunks (the rank finished, or is gone) are dropped with one
   UNDELIVERABLE notice per sender and destination.
 
+Distributed shared objects: a job's ranks may also attach DSO connections
+and call methods of objects the relay hosts (``server_dso.py``).
+
+What the relay keeps per connection and job is in ``server_records.py``;
+what happens to jobs (create, register, world, abort, end, lost ranks,
+heartbeats) in ``server_jobs.py``. This module reads the connections.
+
+TLS: with an ``ssl_context`` (``fmpi-relay --tls-cert/--tls-key``) the main
+port speaks TLS only (clients use ``tls://host:port``). A handshake gets
+``first_frame_timeout`` like a first frame, so a client that stalls in it,
+or speaks plain TCP, holds nothing but its own connection. The probe port
+stays plain TCP: it only ever says where a connection came from.
+
 One job's trouble never reaches another: every connection is handled on its
 own, bad frames close only the connection that sent them, and all limits
 (frame size, jobs, time to first frame, send backlog) are per connection or
@@ -34,102 +47,35 @@ per relay.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import signal
+import ssl
 import threading
-import time
-from dataclasses import dataclass, field
 from typing import Any
 
-from ..ranges import describe_ranks
 from .protocol import (
+    abort_cause,
+    DSO_PREFIX,
     FORWARD_RANK,
     HEADER_SIZE,
     MAX_CLIENT_FRAME,
+    MAX_DSO_JSON,
     Kind,
     ProtocolError,
     decode_body,
     decode_header,
     encode,
-    forward_header,
-    parse_endpoint,
-    parse_endpoints,
 )
+from .server_dso import DsoServing
+from .server_jobs import JobLifecycle
+from .server_records import Connection, Job, Member, Refused
 
 LINK_KINDS = ("direct", "punched", "relayed")
 
 log = logging.getLogger("fmpi.relay")
 
 
-class Refused(Exception):
-    """A request the relay answers with ERROR and then closes the connection."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-@dataclass(eq=False)
-class Connection:
-    reader: asyncio.StreamReader
-    writer: asyncio.StreamWriter
-    max_backlog: int
-    peer: tuple[str, int] = ("?", 0)
-
-    def send(self, kind: Kind, body: dict[str, Any] | None = None) -> None:
-        if self.writer.is_closing():
-            return
-        # A client that does not read its frames must not make the relay
-        # buffer without bound: drop it instead.
-        if self.writer.transport.get_write_buffer_size() > self.max_backlog:
-            log.warning("dropping %s:%s: it does not read its frames", *self.peer)
-            self.writer.transport.abort()
-            return
-        self.writer.write(encode(kind, body))
-
-    def forward(self, source: int, chunk: memoryview) -> None:
-        self.writer.writelines([forward_header(source, len(chunk)), chunk])
-
-    def backlog(self) -> int:
-        return self.writer.transport.get_write_buffer_size()
-
-    def close(self) -> None:
-        if not self.writer.is_closing():
-            self.writer.close()
-
-
-@dataclass(eq=False)
-class Member:
-    rank: int
-    incarnation: str
-    conn: Connection
-    endpoints: list[tuple[str, int]]
-    observed: tuple[str, int]
-    probe: tuple[str, int] | None = None
-    finished: int | None = None
-    left: bool = False  # its connection closed
-    told_undeliverable: set[int] = field(default_factory=set)
-
-
-@dataclass(eq=False)
-class Job:
-    id: str
-    token: str
-    size: int
-    created: float
-    watcher: Connection
-    members: dict[int, Member] = field(default_factory=dict)
-    world_published: bool = False
-    fill_timer: asyncio.TimerHandle | None = None
-    over: bool = False
-    aborted: bool = False  # members are going away: no more PEER_LOST notices
-
-    def missing(self) -> list[int]:
-        return [r for r in range(self.size) if r not in self.members]
-
-
-class RelayServer:
+class RelayServer(JobLifecycle, DsoServing):
     """The asyncio relay service. ``await start()`` binds; ``address`` tells where."""
 
     def __init__(
@@ -146,13 +92,27 @@ class RelayServer:
         forward_high_water: int = 4 << 20,
         forward_stall_timeout: float = 30.0,
         lost_notice_delay: float = 1.0,
+        heartbeat_timeout: float = 4.0,
+        dso_max_value: int = 64 << 20,
+        dso_job_bytes: int = 256 << 20,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        self.ssl_context = ssl_context
+        self.dso_max_value = dso_max_value
+        self.dso_job_bytes = dso_job_bytes
+        # DSO_CALL frames may carry a value up to dso_max_value; larger ones are
+        # read and dropped with a "too_large" reply, the connection stays up.
+        self.dso_max_frame = dso_max_value + DSO_PREFIX.size + MAX_DSO_JSON
         self._host = host
         self._port = port
         self._probe_port = probe_port
         self.forward_high_water = forward_high_water
         self.forward_stall_timeout = forward_stall_timeout
         self.lost_notice_delay = lost_notice_delay
+        # A rank that sends heartbeats and then falls silent this long is lost
+        # (its host vanished, or it hangs with its progress thread stopped).
+        self.heartbeat_timeout = heartbeat_timeout
+        self._heartbeats: asyncio.Task | None = None
         self.max_jobs = max_jobs
         self.max_job_size = max_job_size
         self.max_frame = max_frame
@@ -176,7 +136,9 @@ class RelayServer:
         return self._probe_server.sockets[0].getsockname()[1]
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, self._host, self._port, reuse_address=True)
+        tls = {"ssl": self.ssl_context, "ssl_handshake_timeout": self.first_frame_timeout} if self.ssl_context else {}
+        self._server = await asyncio.start_server(self._handle, self._host, self._port, reuse_address=True, **tls)
+        self._heartbeats = asyncio.get_running_loop().create_task(self._watch_heartbeats())
         if self._probe_port is not None:
             try:
                 self._probe_server = await asyncio.start_server(
@@ -191,6 +153,8 @@ class RelayServer:
             await self._server.serve_forever()
 
     async def close(self) -> None:
+        if self._heartbeats is not None:
+            self._heartbeats.cancel()
         for job in list(self.jobs.values()):
             self._end_job(job, abort_reason="the relay is shutting down")
         for server in (self._server, self._probe_server):
@@ -227,12 +191,23 @@ class RelayServer:
                 job = role = self._create(conn, body)
             elif kind is Kind.REGISTER:
                 job, role = self._register(conn, body)
+            elif kind is Kind.DSO_CREATE:
+                job = role = self._create(conn, body, dso_only=True)
+            elif kind is Kind.DSO_ATTACH:
+                job, role = self._dso_attach(conn, body)
+                await self._dso_serve(job, role)
+                return
             else:
                 raise Refused("protocol", f"a connection must start with CREATE or REGISTER (or OBSERVE), not {kind.name}")
+            loop = asyncio.get_running_loop()
             while True:
                 kind, length = decode_header(await conn.reader.readexactly(HEADER_SIZE), self.max_frame)
                 payload = await conn.reader.readexactly(length) if length else b""
-                if kind is Kind.FORWARD:
+                if isinstance(role, Member):
+                    role.last_heard = loop.time()
+                if kind is Kind.HEARTBEAT:
+                    pass  # (hearing it was the point)
+                elif kind is Kind.FORWARD:
                     await self._forward(job, role, payload)
                 else:
                     self._dispatch(job, role, kind, decode_body(kind, payload))
@@ -289,7 +264,7 @@ class RelayServer:
     def _dispatch(self, job: Job, role: Job | Member, kind: Kind, body: dict[str, Any]) -> None:
         if kind is Kind.ABORT:
             origin = role.rank if isinstance(role, Member) else None
-            self._abort(job, body["code"], body["reason"], origin)
+            self._abort(job, body["code"], body["reason"], origin, abort_cause(body.get("cause")))
         elif isinstance(role, Member) and kind is Kind.OUTPUT:
             job.watcher.send(Kind.EVENT, {"type": "output", "rank": role.rank, "stream": body["stream"], "data": body["data"]})
         elif isinstance(role, Member) and kind is Kind.FINISHED:
@@ -309,144 +284,6 @@ class RelayServer:
         else:
             raise Refused("protocol", f"{kind.name} is not a valid request here")
 
-    # ----------------------------------------------------------------- jobs
-    def _create(self, conn: Connection, body: dict[str, Any]) -> Job:
-        job_id, size = body["job"], body["size"]
-        if not 0 < len(job_id) <= 128:
-            raise Refused("bad_request", "job id must be 1 to 128 characters")
-        if not 1 <= size <= self.max_job_size:
-            raise Refused("bad_request", f"job size must be 1 to {self.max_job_size}, not {size}")
-        if len(body["token"]) < 16:
-            raise Refused("bad_request", "job token must be at least 16 characters")
-        if job_id in self.jobs:
-            raise Refused("job_exists", f"job {job_id!r} already exists on this relay")
-        if len(self.jobs) >= self.max_jobs:
-            raise Refused("limit", f"this relay already holds {self.max_jobs} jobs")
-        job = Job(job_id, body["token"], size, time.monotonic(), conn)
-        self.jobs[job_id] = job
-        fill_timeout = float(body["fill_timeout"])
-        job.fill_timer = asyncio.get_running_loop().call_later(fill_timeout, self._fill_expired, job, fill_timeout)
-        conn.send(Kind.CREATED, {"job": job_id})
-        log.info("job %s created (%d ranks)", job_id, size)
-        return job
-
-    def _register(self, conn: Connection, body: dict[str, Any]) -> tuple[Job, Member]:
-        job = self.jobs.get(body["job"])
-        if job is None or job.over:
-            raise Refused("unknown_job", f"no job {body['job']!r} on this relay (it ended, or was never created)")
-        if not hmac.compare_digest(body["token"].encode(), job.token.encode()):
-            raise Refused("auth", f"wrong token for job {job.id!r}")
-        rank = body["rank"]
-        if rank == -1:  # "any free slot": ranks joined by hand need not pick one
-            missing = job.missing()
-            if not missing:
-                raise Refused("duplicate", f"job {job.id!r} is full ({job.size} ranks)")
-            rank = missing[0]
-        if not 0 <= rank < job.size:
-            raise Refused("bad_rank", f"rank {rank} is outside job {job.id!r} of {job.size} ranks")
-        if rank in job.members:
-            other = job.members[rank]
-            raise Refused(
-                "duplicate",
-                f"rank {rank} of job {job.id!r} is already registered (incarnation {other.incarnation!r}); "
-                f"this duplicate (incarnation {body['incarnation']!r}) is refused",
-            )
-        probe = parse_endpoint(body["probe"]) if body.get("probe") is not None else None
-        member = Member(rank, body["incarnation"], conn, parse_endpoints(body["endpoints"]), conn.peer, probe)
-        job.members[rank] = member
-        conn.send(Kind.REGISTERED, {"rank": rank, "size": job.size, "observed": list(conn.peer)})
-        job.watcher.send(Kind.EVENT, {"type": "joined", "rank": rank, "joined": len(job.members), "size": job.size})
-        if len(job.members) == job.size:
-            self._publish_world(job)
-        return job, member
-
-    def _publish_world(self, job: Job) -> None:
-        job.world_published = True
-        if job.fill_timer is not None:
-            job.fill_timer.cancel()
-        peers = [
-            {
-                "rank": m.rank,
-                "endpoints": [list(e) for e in m.endpoints],
-                "observed": list(m.observed),
-                "probe": list(m.probe) if m.probe else None,
-            }
-            for m in sorted(job.members.values(), key=lambda m: m.rank)
-        ]
-        body = {"size": job.size, "peers": peers}
-        for m in job.members.values():
-            m.conn.send(Kind.WORLD, body)
-        job.watcher.send(Kind.EVENT, {"type": "world", "seconds": round(time.monotonic() - job.created, 6)})
-        log.info("job %s: world of %d ranks published", job.id, job.size)
-
-    def _fill_expired(self, job: Job, fill_timeout: float) -> None:
-        if job.world_published or job.over:
-            return
-        missing = job.missing()
-        message = (
-            f"the world of job {job.id!r} did not fill within {fill_timeout:g} s: {len(job.members)} of {job.size} "
-            f"ranks joined; missing ranks: {describe_ranks(missing)}"
-        )
-        self._fail(job, "fill_timeout", message, {"missing": missing})
-
-    def _abort(self, job: Job, code: int, reason: str, origin: int | None) -> None:
-        if job.over:
-            return
-        job.aborted = True
-        body = {"code": code, "reason": reason, "rank": origin}
-        for m in job.members.values():
-            m.conn.send(Kind.ABORT, body)
-        job.watcher.send(Kind.ABORT, body)
-        log.info("job %s aborted by %s: %s", job.id, "launcher" if origin is None else f"rank {origin}", reason)
-
-    def _fail(self, job: Job, code: str, message: str, extra: dict[str, Any] | None = None) -> None:
-        body = {"code": code, "message": message, **(extra or {})}
-        for m in job.members.values():
-            m.conn.send(Kind.ERROR, body)
-            m.conn.close()
-        job.watcher.send(Kind.ERROR, body)
-        self._end_job(job)
-
-    def _end_job(self, job: Job, abort_reason: str | None = None) -> None:
-        if job.over:
-            return
-        if abort_reason is not None:
-            self._abort(job, 1, abort_reason, None)
-        job.over = True
-        if job.fill_timer is not None:
-            job.fill_timer.cancel()
-        self.jobs.pop(job.id, None)
-        job.watcher.close()
-
-    def _disconnected(self, job: Job, role: Job | Member | None) -> None:
-        if isinstance(role, Job):
-            if not job.over:
-                # Without its launcher nobody collects results or ends the job:
-                # stop the ranks rather than let them wait (and bill) forever.
-                self._end_job(job, abort_reason="the launcher disconnected from the relay")
-            return
-        if not isinstance(role, Member) or job.over or job.members.get(role.rank) is not role:
-            return
-        if not job.world_published:
-            # Before the world is out, a slot whose rank went away may be taken again.
-            del job.members[role.rank]
-            job.watcher.send(Kind.EVENT, {"type": "left", "rank": role.rank, "joined": len(job.members)})
-            return
-        role.left = True
-        if role.finished is None:
-            job.watcher.send(Kind.EVENT, {"type": "lost", "rank": role.rank})
-            # The others must not wait for it (a link set-up, a relayed message).
-            # After a short grace, so that a launcher that sees the process die
-            # names that as the cause (and aborts the job) before the ranks
-            # stumble on the missing peer.
-            asyncio.get_running_loop().call_later(self.lost_notice_delay, self._notify_lost, job, role)
-
-    def _notify_lost(self, job: Job, lost: Member) -> None:
-        if job.over or job.aborted:
-            return
-        for m in job.members.values():
-            if m is not lost and not m.left:
-                m.conn.send(Kind.PEER_LOST, {"rank": lost.rank})
 
 
 def _link_reports(raw: Any, size: int) -> list[dict[str, Any]] | None:
@@ -512,3 +349,11 @@ class RelayThread:
         asyncio.run_coroutine_threadsafe(self.server.close(), self._loop).result(timeout=5)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
+
+
+def server_tls_context(cert: str, key: str | None = None) -> ssl.SSLContext:
+    """The relay's TLS context from a PEM certificate (chain) and its private key (TLS 1.2 or newer)."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(cert, key)
+    return context

@@ -25,6 +25,9 @@ class FrameSink(Protocol):
     def frame_finished(self, source: "FrameAssembler", header: Header, payload: memoryview | None) -> None:
         """A whole frame arrived (its payload already written to the destination)."""
 
+    def frame_whole(self, source: "FrameAssembler", header: Header, payload: memoryview) -> None:
+        """A whole DATA frame arrived in one piece (`payload` is only valid during the call)."""
+
 
 class FrameAssembler:
     """Incremental frame parser for one peer over one carrier ("tcp" or "relay")."""
@@ -51,6 +54,13 @@ class FrameAssembler:
                 if self._hlen == 0 and end - pos >= HEADER_SIZE:
                     header = unpack_header(view, pos)
                     pos += HEADER_SIZE
+                    n = header.nbytes
+                    if n and end - pos >= n and header.kind is Kind.DATA:
+                        # The small-message path: header and payload in one read,
+                        # matched and delivered in one step.
+                        self._sink.frame_whole(self, header, view[pos : pos + n])
+                        pos += n
+                        continue
                 else:
                     take = min(HEADER_SIZE - self._hlen, end - pos)
                     self._head[self._hlen : self._hlen + take] = view[pos : pos + take]

@@ -32,14 +32,13 @@ from .assembler import FrameAssembler
 from .frames import FrameError, Kind
 from .link import Link, PeerClosed, set_liveness
 from .peers import Peer, PeerState
+from .progress import READ, WRITE
 from .relay_channel import RelayChannel, RelayLost, RelayRoute
-from .requests import Op, TransportError
+from .requests import Op, TransportError, peer_died
 from .stream import Carrier, Entry
 
 DEBUG = bool(os.environ.get("FMPI_DEBUG_LINKS"))  # trace link set-up and failover on stderr
 
-READ = 1  # selectors.EVENT_READ
-WRITE = 2  # selectors.EVENT_WRITE
 
 
 class RelayHandler(Protocol):
@@ -88,7 +87,7 @@ class CarrierMixin:
         relay = self._relay
         if relay is None:
             return
-        kind = Kind.PUNCH if what == "punch" else Kind.RESUME
+        kind = {"punch": Kind.PUNCH, "resume": Kind.RESUME, "diagnose": Kind.DIAGNOSE}[what]
         route = RelayRoute(relay, peer.rank)
         if not route.write(peer.stream.control(kind), None):
             self._want_write(route)
@@ -108,7 +107,7 @@ class CarrierMixin:
             for token in tokens:
                 if isinstance(token, Entry) and token.on_write and token.op is not None:
                     self._complete_locked(token.op)
-            self._cond.notify_all()
+            self._notify_locked()
 
     # ==================================== TCP links: install, lose
     def debug(self, message: str) -> None:
@@ -158,6 +157,7 @@ class CarrierMixin:
     def _on_link_event(self, link: Link, mask: int) -> None:
         if link.retired:
             return
+        failure: BaseException | None = None
         try:
             if mask & WRITE:
                 tokens, empty = link.flush()
@@ -165,13 +165,16 @@ class CarrierMixin:
                     self._loop.set_events(link.sock, READ)
                 self._written(tokens)
             if mask & READ:
-                link.on_readable()
-        except PeerClosed:
-            self._link_closed(link, None)
-        except (OSError, FrameError) as exc:
-            self._link_closed(link, exc)
-        finally:
-            self._after_reads()
+                # A waiting thread may be reading this link right now: take turns.
+                with self._peers[link.peer].stream.rx_lock:
+                    failure = link.read_failure
+                    if failure is None and not link.retired:
+                        link.on_readable()
+        except (PeerClosed, OSError, FrameError) as exc:
+            failure = exc
+        if failure is not None:
+            self._link_closed(link, None if isinstance(failure, PeerClosed) else failure)
+        self._ack(link.peer, from_timer=False)
 
     def _retire_link(self, link: Link) -> None:
         """This link carries nothing more, starting now (lock held).
@@ -181,6 +184,7 @@ class CarrierMixin:
         frame from it after the pair moved to the relay.
         """
         link.retired = True
+        self._notify_locked()  # a thread reading it must stop
         if self._loop.in_loop():
             self._drop_link(link)
         else:
@@ -210,16 +214,14 @@ class CarrierMixin:
             elif peer.lost is not None:
                 reason = peer.lost
             elif isinstance(exc, FrameError):
-                reason = TransportError(f"link to rank {link.peer} failed: {exc}", "ERR_PEER_DIED")
+                reason = peer_died(link.peer, f"link to rank {link.peer} failed: {exc}")
             elif self._relay is not None and self.options.channel == "auto":
                 self._go_relay_locked(peer)  # failover: resend what it has not acknowledged
                 return
             elif exc is None:
-                reason = TransportError(
-                    f"rank {link.peer} closed its connection unexpectedly (did it exit or crash?)", "ERR_PEER_DIED"
-                )
+                reason = peer_died(link.peer, f"rank {link.peer} closed its connection unexpectedly (did it exit or crash?)")
             else:
-                reason = TransportError(f"link to rank {link.peer} failed: {exc}", "ERR_PEER_DIED")
+                reason = peer_died(link.peer, f"link to rank {link.peer} failed: {exc}")
             self._fail_peer_locked(peer, reason)
 
     # ============================== the relay as carrier, failover
@@ -280,10 +282,7 @@ class CarrierMixin:
                 return
             t = self.options.resume_timeout
             self._fail_peer_locked(
-                peer,
-                TransportError(
-                    f"rank {rank} did not answer through the relay within {t:g} s (is it hung or stopped?)", "ERR_PEER_DIED"
-                ),
+                peer, peer_died(rank, f"rank {rank} did not answer through the relay within {t:g} s (is it hung or stopped?)")
             )
 
     def _repost_inflight(self, rank: int) -> None:
@@ -312,7 +311,7 @@ class CarrierMixin:
             if not op.done:
                 op.error = reason
                 self._complete_locked(op)
-        self._cond.notify_all()
+        self._notify_locked()
         if link is not None:
             self._retire_link(link)
 
@@ -328,6 +327,41 @@ class CarrierMixin:
     def _register_relay(self, channel: RelayChannel) -> None:
         events = READ | (WRITE if channel.has_queued() else 0)
         self._loop.register(channel.sock, events, self._on_relay_event)
+        self._last_beat = time.monotonic()
+        self._loop.call_later(self.options.heartbeat_interval, self._heartbeat)
+
+    def _heartbeat(self) -> None:
+        """Progress thread, every heartbeat_interval: tell the relay we live; notice when it no longer does.
+
+        A relay (or the path to it) that vanishes without a FIN would leave this
+        rank waiting forever; the relay beats too, once it has heard ours.
+        """
+        relay = self._relay
+        if relay is None or relay.lost:
+            return
+        now = time.monotonic()
+        interval = self.options.heartbeat_interval
+        if now - self._last_beat > interval + 0.5:
+            # This thread was not running (a starved host): do not blame the relay for it.
+            relay.last_heard = max(relay.last_heard, now - interval)
+        self._last_beat = now
+        silent = now - relay.last_heard
+        if relay.beats_heard and silent > self.options.heartbeat_timeout:
+            self._relay_gone(RelayLost(f"no word from the relay for {silent:.1f} s"))
+            return
+        if not relay.send_control(RelayKind.HEARTBEAT, {}):
+            self._want_write(relay)
+        self._loop.call_later(self.options.heartbeat_interval, self._heartbeat)
+
+    def _relay_gone(self, exc: Exception) -> None:
+        relay = self._relay
+        if relay is None or relay.lost:
+            return
+        relay.lost = True
+        self._loop.unregister(relay.sock)
+        handler = self._relay_handler
+        if handler is not None:
+            handler.relay_lost(exc)
 
     def _on_relay_event(self, mask: int) -> None:
         relay = self._relay
@@ -341,10 +375,7 @@ class CarrierMixin:
             if mask & READ:
                 relay.on_readable()
         except (RelayLost, ProtocolError, OSError) as exc:
-            self._loop.unregister(relay.sock)
-            handler = self._relay_handler
-            if handler is not None:
-                handler.relay_lost(exc)
+            self._relay_gone(exc)
         finally:
             self._after_reads()
 
@@ -358,12 +389,17 @@ class CarrierMixin:
                 self._peer(src)
             asm = self._relay_asm[src] = FrameAssembler(src, "relay", self)
         try:
-            asm.feed(chunk)
+            with self._peers[src].stream.rx_lock:  # a waiting thread may still read the old link
+                asm.feed(chunk)
         except FrameError as exc:
             with self._lock:
-                self._fail_peer_locked(self._peers[src], TransportError(f"relayed link to rank {src} failed: {exc}", "ERR_PEER_DIED"))
+                self._fail_peer_locked(self._peers[src], peer_died(src, f"relayed link to rank {src} failed: {exc}"))
 
     def _on_relay_control(self, kind: RelayKind, body: dict[str, Any]) -> None:
+        if kind is RelayKind.HEARTBEAT:
+            assert self._relay is not None
+            self._relay.beats_heard = True
+            return
         if kind in (RelayKind.UNDELIVERABLE, RelayKind.PEER_LOST):
             rank = body.get("rank")
             if isinstance(rank, int) and 0 <= rank < self.size and rank != self.rank:
@@ -378,16 +414,24 @@ class CarrierMixin:
         if why == "finished":
             reason = TransportError(f"rank {rank} has finalized; it sends nothing more", "ERR_PEER_FINALIZED")
         else:
-            reason = TransportError(
-                f"rank {rank} is gone: it left the job without finalizing (did it exit or crash?)", "ERR_PEER_DIED"
-            )
+            reason = peer_died(rank, f"rank {rank} is gone: it left the job without finalizing (did it exit or crash?)")
         with self._lock:
             peer = self._peer(rank)
             if peer.state is PeerState.LINKED and peer.link is not None:
-                # Its last frames may still be in our socket: let the link's EOF end it.
+                # Its last frames may still be in our socket: let the link's EOF end
+                # it, or, if its host vanished and no EOF will ever come, the grace timer.
                 peer.lost = reason
+                self._loop.call_later(self.options.lost_grace, lambda: self._lost_overdue(rank))
                 return
             self._fail_peer_locked(peer, reason)
+
+    def _lost_overdue(self, rank: int) -> None:
+        with self._lock:
+            peer = self._peers.get(rank)
+            if peer is None or peer.state is not PeerState.LINKED or peer.lost is None:
+                return
+            self.debug(f"rank {rank} is lost and its link still open after {self.options.lost_grace:g} s: closing it")
+            self._fail_peer_locked(peer, peer.lost)
 
     # ================================================ the listener
     def _on_acceptable(self, _mask: int) -> None:

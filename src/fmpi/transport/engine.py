@@ -1,10 +1,13 @@
 """The progress engine: point-to-point messages between the ranks of one job.
 
-One daemon thread per rank (``progress.ProgressLoop``) sleeps in ``select``
-(epoll) on every link, the listening socket, the relay connection and a
-wake-up pipe; it never polls, so an idle rank costs no CPU. Sends are written
-directly by the calling thread while the carrier's queue is empty; only what
-the kernel cannot take right away is handed to the progress thread.
+One daemon thread per rank (``progress.ProgressLoop``) sleeps in epoll on
+every link, the listening socket, the relay connection and a wake-up pipe;
+it never polls, so an idle rank costs no CPU. Sends are written directly by
+the calling thread while the carrier's queue is empty; only what the kernel
+cannot take right away is handed to the progress thread.
+
+A thread that blocks for a message reads the link itself rather than
+waiting for the progress thread to hand the message over (``waiting.py``).
 
 Each peer has one reliable, ordered stream of frames (``stream.Stream``:
 sequence numbers, cumulative ACKs, resending) over one *carrier* at a time:
@@ -22,8 +25,9 @@ nothing. With no relay (engines wired by hand, as in tests), a dead link
 fails the peer as before.
 
 Locking: ``_lock`` guards peers, the matcher and op completion (and is the
-lock of ``_cond``, which waiters sleep on). Lock order: ``_lock``, then a
-stream's lock, then a carrier's write lock; each may also be taken alone.
+lock of ``_cond``, which waiters sleep on). Lock order: a stream's ``rx_lock``
+(held by whoever reads that pair's carrier), then ``_lock``, then the stream's
+lock, then a carrier's write lock; each may also be taken alone.
 """
 
 from __future__ import annotations
@@ -36,29 +40,26 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable, Sequence
 
 from .assembler import FrameAssembler
-from .carriers import READ, CarrierMixin, RelayHandler  # noqa: F401 - RelayHandler is part of the API
-from .frames import Flag, Header, Kind
+from .carriers import CarrierMixin, RelayHandler  # noqa: F401 - RelayHandler is part of the API
+from .frames import Kind
 from .link import Link
 from .linkup import Linker
 from .matching import ANY_SOURCE, Matcher
 from .options import TransportOptions
 from .peers import Peer, PeerState
-from .progress import ProgressLoop
+from .progress import READ, ProgressLoop
 from .relay_channel import RelayChannel
 from .requests import Arrived, Op, RecvOp, SendOp, TransportError
 from .routes import Route
+from .receiving import ReceivingMixin
 from .stream import Carrier, Stream
+from .waiting import WaitingMixin
 
 Endpoint = tuple[str, int]
 
-# Frames at least this large that their sender waits on are acknowledged the
-# moment they are in; smaller ones once the read batch is done (one ACK for many).
-EARLY_ACK = 256 * 1024
-_SYNC = int(Flag.SYNC)
-_ACK_NOW = int(Flag.ACK_NOW)
 
 
-class Engine(CarrierMixin):
+class Engine(CarrierMixin, ReceivingMixin, WaitingMixin):
     """Point-to-point message passing between the ranks of one job."""
 
     def __init__(
@@ -89,11 +90,12 @@ class Engine(CarrierMixin):
         self._relay: RelayChannel | None = None
         self._relay_handler: RelayHandler | None = None
         self._relay_asm: dict[int, FrameAssembler] = {}
-        self._touched: set[int] = set()  # peers that sent sequenced frames in this read batch
+        self._touched: set[int] = set()  # peers whose relayed sequenced frames arrived in this read batch
         self._watched: set[socket.socket] = set()  # sockets the caller owns (never closed here)
         self._old_links: list[Link] = []  # links replaced by the relay (for traffic counts)
         self._draining = False  # finalize waits for acknowledgements
         self._closing = False  # finalize has said BYE: a link closing now is no failover
+        self._init_waiting()
         self._linker = Linker(self, endpoints, routes, local_addr)
         self._loop = ProgressLoop(f"fmpi-progress-{rank}")
         self._loop.on_stop = self._on_loop_stop
@@ -105,18 +107,21 @@ class Engine(CarrierMixin):
     # ================================================================ public API
     def isend(self, dest: int, context: int, tag: int, parts: list[memoryview], sync: bool = False) -> SendOp:
         """Start sending `parts` (contiguous byte views, not copied) as one message."""
-        nbytes = sum(len(p) for p in parts)
+        nbytes = len(parts[0]) if len(parts) == 1 else sum(len(p) for p in parts)
         op = SendOp(dest, nbytes, sync)
         if dest == self.rank:
             self._deliver_to_self(op, context, tag, parts, nbytes)
             return op
-        with self._lock:
-            self._check_fatal()
-            peer = self._peer(dest)
-            if peer.error is not None:
-                raise peer.error
-            if peer.state is PeerState.NONE or (peer.state is PeerState.SETUP and not peer.planned):
-                self._linker.need(peer)
+        peer = self._peers.get(dest)
+        if peer is None or peer.state is not PeerState.LINKED or self._fatal is not None:
+            # (a linked peer needs nothing here: if it fails meanwhile, its stream fails the op)
+            with self._lock:
+                self._check_fatal()
+                peer = self._peer(dest)
+                if peer.error is not None:
+                    raise peer.error
+                if peer.state is PeerState.NONE or (peer.state is PeerState.SETUP and not peer.planned):
+                    self._linker.need(peer)
         queued, done = peer.stream.push(Kind.DATA, tag, context, parts, nbytes, op, sync)
         self._after_write(queued, done)
         return op
@@ -164,32 +169,22 @@ class Engine(CarrierMixin):
     def wait(self, op: Op, timeout: float | None = None) -> None:
         """Block until `op` completes; raises its error."""
         if not op.done:
-            deadline = None if timeout is None else time.monotonic() + timeout
-            with self._lock:
-                while not op.done:
-                    self._check_fatal()
-                    self._sleep(deadline, "wait")
+            self._block(lambda: op.done, (op,), timeout, "wait")
         if op.error is not None:
             raise op.error
 
     def wait_any(self, ops: Sequence[Op], timeout: float | None = None) -> int:
         """Index of a completed op (the first in order); blocks until one completes."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self._lock:
-            while True:
-                for i, op in enumerate(ops):
-                    if op.done:
-                        return i
-                self._check_fatal()
-                self._sleep(deadline, "wait_any")
+        while True:
+            for i, op in enumerate(ops):
+                if op.done:
+                    return i
+            self._block(lambda: any(op.done for op in ops), ops, timeout, "wait_any")
 
     def wait_all(self, ops: Iterable[Op], timeout: float | None = None) -> None:
-        deadline = None if timeout is None else time.monotonic() + timeout
         ops = list(ops)
-        with self._lock:
-            while not all(op.done for op in ops):
-                self._check_fatal()
-                self._sleep(deadline, "wait_all")
+        if not all(op.done for op in ops):
+            self._block(lambda: all(op.done for op in ops), ops, timeout, "wait_all")
         for op in ops:
             if op.error is not None:
                 raise op.error
@@ -220,7 +215,7 @@ class Engine(CarrierMixin):
         with self._lock:
             if self._fatal is None:
                 self._fatal = error
-            self._cond.notify_all()
+            self._notify_locked()
 
     def watch(self, sock: socket.socket, on_readable: Callable[[], None]) -> None:
         """Let the progress thread call `on_readable` when `sock` has data (the caller keeps owning `sock`)."""
@@ -264,7 +259,7 @@ class Engine(CarrierMixin):
                 if remaining <= 0:
                     print(f"fmpi: rank {self.rank}: finalize gave up on unsent messages", file=sys.stderr)
                     break
-                self._cond.wait(min(remaining, 0.5))
+                self._sleep(None, "finalize", min(remaining, 0.5))
             byes = [p for p in self._peers.values() if p.state in (PeerState.LINKED, PeerState.RELAYED)]
             self._closing = True
         if self._fatal is None:
@@ -275,7 +270,7 @@ class Engine(CarrierMixin):
         end = time.monotonic() + 0.5
         with self._lock:
             while any(p.link is not None and p.link.has_queued() for p in byes) and time.monotonic() < end:
-                self._cond.wait(0.05)
+                self._sleep(None, "finalize", 0.05)
             links = [p.link for p in byes if p.link is not None]
         for link in links:
             try:
@@ -290,7 +285,7 @@ class Engine(CarrierMixin):
                 remaining = end - time.monotonic()
                 if remaining <= 0:
                     break
-                self._cond.wait(remaining)
+                self._sleep(None, "finalize", remaining)
         self._stop_loop()
 
     def abandon(self) -> None:
@@ -340,129 +335,6 @@ class Engine(CarrierMixin):
                     return
             self._complete_locked(op)
 
-    # ============================================================ receive paths
-    def frame_started(self, source: FrameAssembler, header: Header) -> memoryview | None:
-        rank = source.peer
-        if source.retired:
-            return None
-        stream = self._peers[rank].stream
-        if header.ack > stream._acked_in:
-            # Take the acknowledgement now rather than after a long payload: a
-            # large send waiting for it completes sooner.
-            self._acknowledged(stream, header.ack)
-        if not stream.check_seq(header.seq):
-            return None  # a duplicate (resent after a failover): discard its bytes
-        with self._lock:
-            recv = self._matcher.take_posted(header.context, rank, header.tag)
-            dest: memoryview | bytearray
-            if recv is not None and recv.buffer is not None and header.nbytes <= len(recv.buffer):
-                dest = recv.buffer[: header.nbytes]
-            else:
-                dest = bytearray(header.nbytes)
-            self._inflight[rank] = (recv, dest)
-        if recv is not None and header.flags & _SYNC:
-            self._matched_sync(rank, header.seq)
-        return dest if isinstance(dest, memoryview) else memoryview(dest)
-
-    def frame_finished(self, source: FrameAssembler, header: Header, payload: memoryview | None) -> None:
-        if source.retired:
-            return  # the rest of a batch read from a link that was just retired: the stream resends it
-        rank = source.peer
-        peer = self._peers[rank]
-        stream = peer.stream
-        kind = header.kind
-        if header.ack > stream._acked_in:
-            self._acknowledged(stream, header.ack)
-        if kind is Kind.DATA or kind is Kind.MATCHED or kind is Kind.BYE:  # sequenced
-            if not stream.check_seq(header.seq):
-                return  # a duplicate
-            stream.received(header.nbytes, header.flags)
-            if header.flags & _ACK_NOW and header.nbytes >= EARLY_ACK:
-                # The sender waits for this large frame: acknowledge before waking the
-                # receiver, so the ACK does not queue behind what the receiver sends next.
-                self._after_write(stream.send_ack(), [])
-            else:
-                self._touched.add(rank)  # acknowledged once the whole read batch is in
-            if kind is Kind.DATA:
-                self._deliver(rank, header)
-            elif kind is Kind.MATCHED:
-                op = stream.take_sync(header.context)
-                if op is not None:
-                    self._complete(op)
-            else:  # BYE
-                with self._lock:
-                    peer.heard_bye = True
-                    self._cond.notify_all()
-        elif kind is Kind.RESUME and source.via == "relay":
-            self._on_resume(rank, header.ack)
-        elif kind is Kind.PUNCH and source.via == "relay":
-            self._linker.on_punch_request(rank)
-
-    def _acknowledged(self, stream: Stream, upto: int) -> None:
-        done, drained = stream.acknowledged(upto)
-        if done or (drained and self._draining):
-            with self._lock:
-                for op in done:
-                    self._complete_locked(op)
-                self._cond.notify_all()  # finalize waits for everything to be acknowledged
-
-    def _deliver(self, rank: int, header: Header) -> None:
-        sync_seq = header.seq if header.flags & _SYNC else None
-        with self._lock:
-            recv, dest = self._inflight.pop(rank, (None, bytearray()))
-            if recv is not None:
-                if recv.buffer is not None and header.nbytes <= len(recv.buffer):
-                    self._finish_recv(recv, rank, header.tag, header.nbytes)
-                else:
-                    self._fill(recv, rank, header.tag, dest)
-                return
-            recv = self._matcher.take_posted(header.context, rank, header.tag)
-            if recv is None:
-                self._matcher.add_unexpected(Arrived(header.context, rank, header.tag, dest, sync_seq))
-                self._cond.notify_all()  # a probe may be waiting
-                return
-            self._fill(recv, rank, header.tag, dest)
-        self._matched_sync(rank, sync_seq)
-
-    def _fill(self, recv: RecvOp, source: int, tag: int, payload: bytearray | memoryview) -> None:
-        """Complete `recv` from a whole payload (lock held)."""
-        n = len(payload)
-        if recv.buffer is None:
-            recv.payload = payload
-        elif n <= len(recv.buffer):
-            recv.buffer[:n] = payload
-        else:
-            recv.error = TransportError(
-                f"message truncated: {n} bytes from rank {source} (tag {tag}) do not fit a {len(recv.buffer)}-byte buffer",
-                "ERR_TRUNCATE",
-            )
-        self._finish_recv(recv, source, tag, n)
-
-    def _finish_recv(self, recv: RecvOp, source: int, tag: int, nbytes: int) -> None:
-        recv.status_source = source
-        recv.status_tag = tag
-        recv.nbytes = nbytes
-        self._complete_locked(recv)
-
-    def _after_reads(self) -> None:
-        """After a batch of reads: acknowledge now, or arm the delayed-ACK timer (progress thread)."""
-        touched, self._touched = self._touched, set()
-        for rank in touched:
-            self._ack(rank, from_timer=False)
-
-    def _ack(self, rank: int, from_timer: bool) -> None:
-        stream = self._peers[rank].stream
-        if from_timer:
-            stream.ack_timer = False
-        due = stream.ack_due()
-        if due == "now" or (due == "later" and from_timer):
-            queued = stream.send_ack()
-            if queued is not None:
-                self._want_write(queued)
-        elif due == "later" and not stream.ack_timer:
-            stream.ack_timer = True
-            self._loop.call_later(self.options.ack_delay, lambda: self._ack(rank, from_timer=True))
-
     # ============================================================ completion
     def _complete(self, op: Op) -> None:
         with self._lock:
@@ -470,16 +342,7 @@ class Engine(CarrierMixin):
 
     def _complete_locked(self, op: Op) -> None:
         op.done = True
-        self._cond.notify_all()
-
-    def _sleep(self, deadline: float | None, what: str) -> None:
-        if deadline is None:
-            self._cond.wait()
-            return
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TransportError(f"{what} timed out", "ERR_TIMEOUT")
-        self._cond.wait(remaining)
+        self._notify_locked()
 
     def _check_fatal(self) -> None:
         if self._fatal is not None:
@@ -514,3 +377,6 @@ class Engine(CarrierMixin):
                 fileobj.close()
         if self._listener is not None:
             self._listener.close()
+        with self._lock:
+            self._notify_locked()  # a thread still waiting learns the loop is gone
+        self._close_bell()

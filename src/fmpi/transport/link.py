@@ -1,6 +1,7 @@
 """One established, authenticated TCP connection to one peer rank: a carrier of that pair's frames.
 
-Reading is driven by the progress thread: bytes land in a staging buffer (so
+Reading is done by the progress thread, or by a thread waiting for a
+message from this peer (see ``engine.py``): bytes land in a staging buffer (so
 a burst of small frames costs one syscall) and go to the link's
 ``FrameAssembler``; once the staging buffer is empty, the rest of a large
 payload is read straight into its destination with ``recv_into`` (no
@@ -23,6 +24,7 @@ fails with ETIMEDOUT and the engine fails it over to the relay.
 
 from __future__ import annotations
 
+import select
 import socket
 
 from .assembler import FrameAssembler, FrameSink
@@ -58,9 +60,10 @@ def set_liveness(sock: socket.socket, timeout: float) -> None:
 
 
 class Link(QueuedWriter):
-    """A TCP carrier. ``write`` may be called from any thread; reading only by the progress thread."""
+    """A TCP carrier. ``write`` may be called from any thread; ``on_readable`` by one thread at a
+    time, the holder of the pair stream's ``rx_lock`` (the progress thread or a waiting thread)."""
 
-    __slots__ = ("peer", "kind", "asm", "_stage", "_view", "bytes_in")
+    __slots__ = ("peer", "kind", "asm", "_stage", "_view", "bytes_in", "read_failure", "idle_since", "_wait_poll")
 
     @property
     def retired(self) -> bool:
@@ -79,6 +82,11 @@ class Link(QueuedWriter):
         self._stage = bytearray(STAGE_SIZE)
         self._view = memoryview(self._stage)
         self.bytes_in = 0
+        # A read by a waiting thread failed (EOF, reset, bad frame): the progress
+        # thread, which owns the link's life cycle, handles it.
+        self.read_failure: BaseException | None = None
+        self.idle_since = 0.0  # when the last waiting thread stopped reading it (waiting.py)
+        self._wait_poll: tuple[int, object] | None = None
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -115,6 +123,20 @@ class Link(QueuedWriter):
                 asm.feed(chunk)
             if n < STAGE_SIZE or asm.retired:
                 return
+
+    def wait_poller(self, bell: int) -> tuple[object, dict[int, "Link"]]:
+        """A ``select.poll`` on this link and `bell`, kept for the next wait (saves building it per message)."""
+        fd = self.sock.fileno()
+        if fd < 0:  # closed under the waiter (failover): only the bell is left to wait on
+            poller = select.poll()
+            poller.register(bell, select.POLLIN)
+            return poller, {}
+        if self._wait_poll is None or self._wait_poll[0] != bell:
+            poller = select.poll()
+            poller.register(bell, select.POLLIN)
+            poller.register(fd, select.POLLIN)
+            self._wait_poll = (bell, poller)
+        return self._wait_poll[1], {fd: self}
 
     # ----------------------------------------------------------------- write
     def write(self, parts: list[memoryview], token: object | None) -> bool:

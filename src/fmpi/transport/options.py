@@ -7,9 +7,12 @@ experiment overrides from the environment:
 
     FMPI_CHANNEL=auto|direct|punch|relay   force how links are made (default auto)
     FMPI_PUNCH_TIMEOUT=S                   hole-punch deadline per link (default 3)
-    FMPI_LINK_TIMEOUT=S                    a silent TCP link counts as dead after S (default 10)
+    FMPI_LINK_TIMEOUT=S                    a silent TCP link counts as dead after S (default 5)
     FMPI_RESUME_TIMEOUT=S                  wait for a peer to answer through the relay (default 20)
     FMPI_DIRECT_TIMEOUT=S                  plain connect attempt (default 2)
+    FMPI_HEARTBEAT_TIMEOUT=S               the relay counts as gone after S of silence (default 4)
+    FMPI_TIMEOUT=S                         a blocking operation fails after S, every rank says what it
+                                           waits for (hang diagnosis; default: wait forever)
     FMPI_DEBUG_LINKS=1                     trace link set-up and failover on stderr
 """
 
@@ -30,6 +33,8 @@ _ENV = {
     "link_timeout": "FMPI_LINK_TIMEOUT",
     "resume_timeout": "FMPI_RESUME_TIMEOUT",
     "direct_timeout": "FMPI_DIRECT_TIMEOUT",
+    "heartbeat_timeout": "FMPI_HEARTBEAT_TIMEOUT",
+    "op_timeout": "FMPI_TIMEOUT",
 }
 
 
@@ -40,7 +45,7 @@ class TransportOptions:
     direct_timeout: float = 2.0  # one plain connect() to a peer thought reachable
     punch_timeout: float = 3.0  # one hole punch (both sides start within a relay round trip)
     punch_gather: float = 0.002  # link requests arriving this close together are punched in one batch
-    link_timeout: float = 10.0  # TCP_USER_TIMEOUT + keepalive on established links
+    link_timeout: float = 5.0  # TCP_USER_TIMEOUT + keepalive on established links
     resume_timeout: float = 20.0  # the peer must answer a RESUME through the relay within this
     retry_after_tie: float = 2.0  # after losing a tie, wait this long for the winner's connection
     copy_limit: int = 256 * 1024  # messages up to this size are copied for resending; larger ones complete on ACK
@@ -49,13 +54,17 @@ class TransportOptions:
     ack_bytes: int = 1 << 20  # ... or bytes are unacknowledged
     ack_window: int = 4 << 20  # copied-but-unacknowledged bytes after which the sender asks for an ACK
     relay_chunk: int = 256 * 1024  # relayed streams travel in FORWARD frames of at most this many bytes
+    heartbeat_interval: float = 1.0  # a rank tells the relay it is alive this often
+    heartbeat_timeout: float = 4.0  # ... and counts the relay as gone after this long without a word from it
+    lost_grace: float = 0.5  # a peer the relay says is lost but whose link is still open gets this long to EOF
+    op_timeout: float | None = None  # FMPI_TIMEOUT: blocking operations fail after this (hang.py)
 
     def __post_init__(self) -> None:
         if self.channel not in CHANNELS:
             raise ValueError(f"FMPI_CHANNEL must be one of {', '.join(CHANNELS)}, not {self.channel!r}")
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name != "channel" and not value > 0:
+            if f.name != "channel" and value is not None and not value > 0:
                 raise ValueError(f"transport option {f.name} must be positive, not {value!r}")
 
     @classmethod

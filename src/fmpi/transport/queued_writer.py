@@ -5,11 +5,16 @@ kernel does not take is queued, and the progress thread finishes it when the
 socket becomes writable (``flush``). A write error is kept in ``failed``
 rather than raised, so a sending thread never sees it: its frame stays queued
 and the progress thread fails the carrier over.
+
+A TLS socket (the rank's connection to a ``tls://`` relay; TCP links never
+use TLS) has no ``sendmsg``: ``_write_tls`` writes it piece by piece instead,
+under the same rules. Everything else is shared.
 """
 
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 from collections import deque
 
@@ -27,7 +32,7 @@ def advance_parts(parts: list[memoryview], n: int) -> list[memoryview]:
 
 
 class QueuedWriter:
-    __slots__ = ("sock", "wlock", "_queue", "failed", "bytes_out")
+    __slots__ = ("sock", "wlock", "_queue", "failed", "bytes_out", "tls")
 
     def _init_writer(self, sock: socket.socket) -> None:
         self.sock = sock
@@ -35,6 +40,7 @@ class QueuedWriter:
         self._queue: deque[tuple[list[memoryview], object | None]] = deque()
         self.failed: OSError | None = None
         self.bytes_out = 0
+        self.tls = isinstance(sock, ssl.SSLSocket)
 
     def write_held(self, parts: list[memoryview], token: object | None) -> bool:
         """Write one frame (caller holds ``wlock``): True when it went out whole, False when (part of) it is queued.
@@ -77,6 +83,9 @@ class QueuedWriter:
         """sendmsg until the kernel stops taking bytes; return what is left."""
         if self.failed is not None:
             return parts
+        if self.tls:
+            return self._write_tls(parts)
+        left = sum(map(len, parts))
         while parts:
             try:
                 n = self.sock.sendmsg(parts)
@@ -86,5 +95,42 @@ class QueuedWriter:
                 self.failed = exc
                 return parts
             self.bytes_out += n
+            left -= n
+            if not left:
+                return []
             parts = advance_parts(parts, n)
         return parts
+
+    def _write_tls(self, parts: list[memoryview]) -> list[memoryview]:
+        """``_write`` for an SSLSocket (caller holds ``wlock``, which also keeps reads out of OpenSSL meanwhile).
+
+        One SSL_write per piece; small leading parts are joined into one
+        piece (one TLS record, not one per header). SSL_write takes a piece
+        whole or raises SSLWantWrite/ReadError, and then must be retried
+        with the same bytes: the piece is a function of the frame's parts
+        alone, and those stay queued unchanged until written.
+        """
+        while parts:
+            piece = _tls_piece(parts)
+            try:
+                n = self.sock.send(piece)
+            except (BlockingIOError, InterruptedError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+                return parts
+            except OSError as exc:
+                self.failed = exc
+                return parts
+            self.bytes_out += n
+            parts = advance_parts(parts, n)
+        return parts
+
+
+TLS_JOIN = 16 * 1024  # leading parts joined into one TLS write up to this size (one TLS record holds 16 KiB)
+
+
+def _tls_piece(parts: list[memoryview]) -> memoryview | bytes:
+    """The next piece to hand SSL_write: parts[0], or the leading small parts joined (deterministic)."""
+    total, i = len(parts[0]), 1
+    while i < len(parts) and total + len(parts[i]) <= TLS_JOIN:
+        total += len(parts[i])
+        i += 1
+    return parts[0] if i == 1 else b"".join(parts[:i])

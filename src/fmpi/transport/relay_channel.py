@@ -13,12 +13,20 @@ After the world is published, the rank's relay connection carries:
 Writing follows the rules of a TCP link (``link.Outbox``-style): the calling
 thread writes while the queue is empty, the progress thread finishes the
 rest. Reading is done by the progress thread only.
+
+Over a ``tls://`` relay the socket is an SSLSocket: writes go through
+``QueuedWriter._write_tls``, reads take ``wlock`` (OpenSSL must not read and
+write one connection from two threads at once), a read that would block
+raises SSLWantReadError rather than BlockingIOError, and decrypted bytes
+OpenSSL still holds (``pending()``) are read at once, since epoll cannot
+see them. A plain TCP relay connection takes none of these paths.
 """
 
 from __future__ import annotations
 
 import select
 import socket
+import ssl
 import time
 from typing import Any, Callable
 
@@ -59,6 +67,9 @@ class RelayChannel(QueuedWriter):
         self._chunk = chunk
         self._rbuf = bytearray(leftover)
         self.bytes_in = 0
+        self.last_heard = time.monotonic()  # when the relay last sent anything
+        self.beats_heard = False  # the relay sends heartbeats (so its silence means trouble)
+        self.lost = False
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -67,18 +78,25 @@ class RelayChannel(QueuedWriter):
     def on_readable(self) -> None:
         """Read and dispatch what arrived; raises RelayLost (or ProtocolError) when the relay is gone."""
         while True:
+            more = False
             try:
-                data = self.sock.recv(READ_SIZE)
-            except (BlockingIOError, InterruptedError):
+                if self.tls:
+                    with self.wlock:
+                        data = self.sock.recv(READ_SIZE)
+                        more = self.sock.pending() > 0
+                else:
+                    data = self.sock.recv(READ_SIZE)
+            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
                 return
             except OSError as exc:
                 raise RelayLost(str(exc)) from None
             if not data:
                 raise RelayLost("the relay closed the connection")
             self.bytes_in += len(data)
+            self.last_heard = time.monotonic()
             self._rbuf += data
             self._dispatch()
-            if len(data) < READ_SIZE:
+            if len(data) < READ_SIZE and not more:
                 return
 
     def _dispatch(self) -> None:
@@ -175,7 +193,7 @@ class RelayChannel(QueuedWriter):
                     try:
                         if not self.sock.recv(READ_SIZE):
                             break
-                    except (BlockingIOError, InterruptedError):
+                    except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
                         continue
         except (OSError, ValueError):
             pass

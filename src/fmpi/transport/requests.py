@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class TransportError(Exception):
-    """An operation cannot complete: a peer died, finalized, or the job aborted."""
+    """An operation cannot complete: a peer died, finalized, or the job aborted.
 
-    def __init__(self, message: str, error_class: str = "ERR_OTHER") -> None:
+    ``cause`` says what this error is a consequence of, when it is one:
+    ``{"lost": R}`` (world rank R died) or ``{"aborted": True}`` (the job was
+    aborted elsewhere). A rank that fails on such an error says so in its
+    abort, and the launcher names the cause, not the rank that noticed it.
+    """
+
+    def __init__(self, message: str, error_class: str = "ERR_OTHER", cause: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.error_class = error_class
+        self.cause = cause if cause is not None or error_class != "ERR_ABORTED" else {"aborted": True}
+
+
+def peer_died(rank: int, message: str) -> TransportError:
+    """The error of every operation that needed world rank `rank`, which died."""
+    return TransportError(message, "ERR_PEER_DIED", {"lost": rank})
 
 
 class Op:

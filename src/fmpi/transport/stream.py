@@ -30,8 +30,11 @@ way. A bare ACK goes out only when a frame asked for one, when
 ``ack_due``).
 
 Locking: ``lock`` guards both directions' counters; the send side is called
-from any thread, the receive side only from the progress thread. Lock order:
-engine lock, then stream lock, then the carrier's write lock.
+from any thread. The receive side runs under ``rx_lock``, held by whoever
+reads the pair's carrier (the progress thread, or a thread waiting for a
+message from this peer), so frames are processed one at a time and in
+order even when the carrier changes under a reader. Lock order: ``rx_lock``,
+then the engine lock, then ``lock``, then the carrier's write lock.
 """
 
 from __future__ import annotations
@@ -94,6 +97,7 @@ class Stream:
         self.me = me
         self.peer = peer
         self.lock = threading.Lock()
+        self.rx_lock = threading.Lock()
         self._copy_limit = copy_limit
         self._ack_window = ack_window
         self._ack_every = ack_every
@@ -306,20 +310,20 @@ class Stream:
 
     # ============================================================== receiving
     def check_seq(self, seq: int) -> bool:
-        """Progress thread: True for the next expected frame, False for a duplicate; raises on a gap."""
+        """(rx_lock held) True for the next expected frame, False for a duplicate; raises on a gap."""
         if seq == self.recv_next:
             return True
         if seq < self.recv_next:
             return False
         raise FrameError(f"rank {self.peer} skipped frames: got seq {seq}, expected {self.recv_next}")
 
-    # The receive side runs on the progress thread without the lock: only it
-    # advances recv_next; a sender that piggybacks an ACK meanwhile resets the
+    # The receive side runs under rx_lock, not lock: only its holder advances
+    # recv_next; a sender that piggybacks an ACK meanwhile resets the
     # counters below from a value read a moment earlier. The worst such a race
     # does is one ACK sent late (the delayed-ACK timer still fires) or twice.
 
     def received(self, nbytes: int, flags: int) -> None:
-        """Progress thread: the next sequenced frame arrived whole."""
+        """(rx_lock held) The next sequenced frame arrived whole."""
         self.recv_next += 1
         self._rx_bytes += nbytes
         if flags & _ACK_NOW:

@@ -8,6 +8,8 @@ Launcher side (``fmpirun --backend lambda|localstack``):
   messages that name the cause;
 * ``deploy``: create or update the function, wait until it is active, turn
   async retries off, check the account's concurrency headroom;
+* ``s3code``: the function's code in the API call, or, for a zip over
+  Lambda's 50 MB direct-upload limit, uploaded once per content to S3;
 * ``fanout``: invoke the ranks (``InvocationType=Event``) from a thread pool,
   or through an invocation tree for large N;
 * ``launch``: the whole job: deploy, relay, fan out, progress, supervise.

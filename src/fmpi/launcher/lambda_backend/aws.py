@@ -38,6 +38,8 @@ class Target:
             max_pool_connections=workers,
             connect_timeout=10,
             read_timeout=read_timeout,
+            # An emulator (LocalStack at localhost:4566, moto) serves buckets by path, not by host name.
+            s3={"addressing_style": "path"} if service == "s3" and self.custom_endpoint else None,
         )
         return self.session.client(service, endpoint_url=self.endpoint_url, config=config)
 

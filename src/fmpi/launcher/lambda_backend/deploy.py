@@ -12,6 +12,7 @@ from .aws import LambdaError, Target, explain
 from .event import EVENT_VERSION
 from .handler import HANDLER
 from .packaging import Bundle
+from .s3code import CodeSource
 
 MAX_TIMEOUT = 900  # seconds: Lambda's limit for one invocation
 MIN_EVENT_AGE, MAX_EVENT_AGE = 60, 21600  # seconds: MaximumEventAgeInSeconds bounds
@@ -46,8 +47,14 @@ class Deployment:
     seconds: float
 
 
-def deploy(target: Target, lam: Any, cfg: FunctionConfig, bundle: Bundle, log: Callable[[str], None]) -> Deployment:
+def deploy(
+    target: Target, lam: Any, cfg: FunctionConfig, bundle: Bundle, log: Callable[[str], None], code: CodeSource | None = None
+) -> Deployment:
+    """Create or update the function. `code` says how its code travels (the zip in the call, or an S3
+    object for a zip over the direct-upload limit); it is asked only when the code must change."""
     t0 = time.monotonic()
+    if code is None:
+        code = CodeSource(target, bundle, log=log)
     current = _get_function(lam, cfg.name)
     if current is None:
         role = _resolve_role(target, cfg.role)
@@ -56,18 +63,19 @@ def deploy(target: Target, lam: Any, cfg: FunctionConfig, bundle: Bundle, log: C
                 f"function {cfg.name!r} does not exist in {target.where} and no --role was given: "
                 "create an execution role for the ranks (docs/lambda.md) and pass --role ARN_OR_NAME"
             )
-        log(f"creating function {cfg.name} ({bundle.zipped_size / 2**20:.1f} MB zip)")
+        log(f"creating function {cfg.name} ({code.describe()})")
+        location = code.args()
         try:
             created = lam.create_function(
                 FunctionName=cfg.name,
                 Role=role,
-                Code={"ZipFile": bundle.read()},
+                Code=location,
                 Architectures=[cfg.architecture],
                 Description="fmpi rank (created by fmpirun)",
                 **cfg.settings(),
             )
         except Exception as exc:
-            raise LambdaError(explain(exc, f"create function {cfg.name}")) from None
+            raise LambdaError(_explain_code(exc, f"create function {cfg.name}", location)) from None
         _wait(lam, "function_active_v2", cfg.name)
         arn, action = created["FunctionArn"], "created"
     else:
@@ -76,11 +84,12 @@ def deploy(target: Target, lam: Any, cfg: FunctionConfig, bundle: Bundle, log: C
         if conf.get("LastUpdateStatus") == "InProgress":
             _wait(lam, "function_updated_v2", cfg.name)
         if conf.get("CodeSha256") != bundle.code_sha256:
-            log(f"updating the code of {cfg.name} ({bundle.zipped_size / 2**20:.1f} MB zip)")
+            log(f"updating the code of {cfg.name} ({code.describe()})")
+            location = code.args()
             try:
-                lam.update_function_code(FunctionName=cfg.name, ZipFile=bundle.read(), Architectures=[cfg.architecture])
+                lam.update_function_code(FunctionName=cfg.name, Architectures=[cfg.architecture], **location)
             except Exception as exc:
-                raise LambdaError(explain(exc, f"update the code of {cfg.name}")) from None
+                raise LambdaError(_explain_code(exc, f"update the code of {cfg.name}", location)) from None
             _wait(lam, "function_updated_v2", cfg.name)
             changes.append("code")
         wanted = cfg.settings()
@@ -166,6 +175,17 @@ def check_concurrency(lam: Any, target: Target, name: str, n: int, warn: Callabl
             "free reserved concurrency, or run fewer ranks"
         )
     return available
+
+
+def _explain_code(exc: BaseException, action: str, location: dict[str, Any]) -> str:
+    """`explain`, plus the usual reasons why Lambda cannot read code from S3."""
+    message = explain(exc, action)
+    if "S3Bucket" in location and "S3 Error" in str(getattr(exc, "response", {}).get("Error", {}).get("Message", "")):
+        message += (
+            f" (Lambda reads s3://{location['S3Bucket']}/{location['S3Key']} with the rights of the identity running "
+            "fmpirun: it needs s3:GetObject there, and the bucket must be in the function's region)"
+        )
+    return message
 
 
 def _get_function(lam: Any, name: str) -> dict[str, Any] | None:

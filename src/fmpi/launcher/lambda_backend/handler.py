@@ -38,7 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from ...relay.client import RelayError
-from ...relay.protocol import Kind
+from ...api.exceptions import cause_of
+from ...relay.protocol import Kind, abort_body
 from .. import bootstrap
 from .event import CODE_DIR, EVENT_VERSION, STATUS_STREAM, EventError, Fanout, RankEvent
 from .output import ForwardedOutput
@@ -133,7 +134,7 @@ class _Rank:
         self.timings["join"] = round(time.time() - self.started, 6)
         self._join_thread(fanout_thread)
         self.log.info("joined the job", extra={"world_size": session.size})
-        with _ProcessState(request):
+        with _ProcessState(request), _RemainingTime(self.context):
             try:
                 return self._run_joined(session)
             except BaseException as exc:
@@ -166,7 +167,7 @@ class _Rank:
         if error is not None:
             reason = f"uncaught {type(error).__name__} on rank {self.rank}: {error}"
             self.log.error(f"the program raised: {reason}")
-            _end_session(session, code, abort_reason=reason)
+            _end_session(session, code, abort_reason=reason, abort_cause=cause_of(error))
         else:
             self.log.info("program finished", extra={"exit_status": code})
             _end_session(session, code)
@@ -268,6 +269,24 @@ class _Watchdog:
             self._fire()
 
 
+class _RemainingTime:
+    """``fmpi.remaining_time()`` answers from this invocation's context while it runs (and from nothing after)."""
+
+    def __init__(self, context: Any) -> None:
+        self.context = context
+
+    def __enter__(self) -> None:
+        import fmpi
+
+        if self.context is not None and hasattr(self.context, "get_remaining_time_in_millis"):
+            fmpi._remaining = lambda: self.context.get_remaining_time_in_millis() / 1000.0
+
+    def __exit__(self, *exc: object) -> None:
+        import fmpi
+
+        fmpi._remaining = None
+
+
 # ----------------------------------------------------------------- process state
 
 
@@ -332,8 +351,10 @@ def _initialize_mpi(session: bootstrap.RankSession) -> None:
     runtime.initialize(session)
 
 
-def _end_session(session: bootstrap.RankSession, code: int, abort_reason: str | None = None) -> None:
-    """Finalize this rank (unless the program did); with `abort_reason`, abort the job first."""
+def _end_session(
+    session: bootstrap.RankSession, code: int, abort_reason: str | None = None, abort_cause: dict | None = None
+) -> None:
+    """Finalize this rank (unless the program did); with `abort_reason`, abort the job first (`abort_cause`: see ``protocol.abort_cause``)."""
     from ...api import runtime
     from ...transport.requests import TransportError
 
@@ -346,7 +367,7 @@ def _end_session(session: bootstrap.RankSession, code: int, abort_reason: str | 
         # rank, and the bootstrap answers an abort by ending the process.
         session.engine.fail(TransportError(abort_reason, "ERR_ABORTED"))
         session.engine.abandon()
-        _quiet(session.send_to_relay, Kind.ABORT, {"code": code, "reason": abort_reason})
+        _quiet(session.send_to_relay, Kind.ABORT, abort_body(code, abort_reason, abort_cause))
     session.finalize(code)
 
 

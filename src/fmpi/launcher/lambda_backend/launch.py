@@ -18,6 +18,7 @@ import argparse
 import copy
 import dataclasses
 import json
+import re
 import sys
 import threading
 import time
@@ -25,9 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...ranges import describe_ranks
-from ...relay.client import RelayError, parse_relay_url
+from ...relay.client import RelayError
 from ...relay.server import RelayThread
 from ..job import Job, JobState, log
+from ..rankspec import check_relay_url, display_url
+from ..relays import host_objects
 from .aws import LambdaError, Target, connect
 from .deploy import (
     MAX_EVENT_AGE,
@@ -41,10 +44,12 @@ from .deploy import (
 from .event import STATUS_STREAM, Program, RankEvent
 from .fanout import WORKERS, choose_arity, heads, invoke_all
 from .packaging import PackagingError, build_bundle, lambda_architecture, lambda_runtime
+from .s3code import CodeSource
 
 GRACE = 10.0  # seconds past the function timeout before the launcher gives a rank up
 LOCALSTACK_UPDATE_SETTLE = 5.0  # seconds: see _Launch.run
 PRICE_PER_GB_SECOND = {"x86_64": 0.0000166667, "arm64": 0.0000133334}  # us-east-1, USD
+BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")  # S3's rules, roughly
 
 
 class UsageError(Exception):
@@ -124,6 +129,9 @@ class _Launch:
         program, code_dir = resolve_program(args.command, args.code)
         relay_url, relay_listen = self._relay_choice()
         cfg = self._function_config()
+        bucket = getattr(args, "s3_bucket", None)
+        if bucket is not None and not BUCKET_NAME.match(bucket):
+            raise UsageError(f"--s3-bucket {bucket!r} is not a valid S3 bucket name (3-63 lowercase letters, digits, dots, hyphens)")
         target = connect(args.backend, args.region, args.profile, args.endpoint_url)
         self.note(f"{args.backend}: region {target.where}, function {cfg.name}")
 
@@ -136,8 +144,9 @@ class _Launch:
         )
         for warning in bundle.warnings if target.custom_endpoint is None else ():  # about AWS's runtime only
             log(f"warning: {warning}")
+        code = CodeSource(target, bundle, bucket, log=self.note)
         lam = target.client("lambda", workers=WORKERS)
-        deployment = deploy(target, lam, cfg, bundle, self.note)
+        deployment = deploy(target, lam, cfg, bundle, self.note, code)
         self.note(f"function {cfg.name}: {deployment.action} ({deployment.seconds:.1f} s)")
         if deployment.action.startswith("updated") and args.backend == "localstack":
             # LocalStack (4.13) keeps the old version's event poller alive for a moment after an
@@ -166,7 +175,7 @@ class _Launch:
     def _relay_choice(self) -> tuple[str | None, tuple[str, int] | None]:
         args = self.args
         if args.relay:
-            parse_relay_url(args.relay)
+            check_relay_url(args.relay)  # tcp:// (fmpi-relay) or redis:// (the event carries it as is)
             return args.relay, None
         if args.relay_listen is None:
             raise UsageError(
@@ -213,10 +222,18 @@ class _Launch:
         progress = _Progress(self.size, self.verbose)
         printer = _Printer(args.tag_output, progress)
         watcher = _Watcher(self.size, progress)
-        job = Job(relay_url, self.size, args.fill_timeout, on_output=watcher.output(printer), on_event=watcher.event)
+        job = Job(
+            relay_url, self.size, args.fill_timeout, on_output=watcher.output(printer), on_event=watcher.event,
+            channel=getattr(args, "channel", None) or "",
+        )
         job.on_change = watcher.changed
-        self.note(f"job {job.id}: {self.size} ranks, relay {relay_url}")
+        self.note(f"job {job.id}: {self.size} ranks, relay {display_url(relay_url)}")
+        objects = None
         try:
+            # Several relays (tcp://a:7000,b:7000): the others host the job's shared objects while it runs.
+            objects = host_objects(job, relay_url)
+            if objects is not None:
+                self.note(f"job {job.id}: shared objects hosted on {len(objects.conns) + 1} relays")
             base = RankEvent(job.spec(0), program, time.time() + args.fill_timeout)
             arity = choose_arity(self.size, args.fanout_arity)
             events = heads(base, self.size, arity)
@@ -236,6 +253,8 @@ class _Launch:
             outcome = Outcome(130, "interrupted; all ranks stopped")
         finally:
             progress.done()
+            if objects is not None:
+                objects.end()
             job.end()
         printer.flush()
         if outcome.message:

@@ -12,6 +12,11 @@ same files give the same bytes and the same ``CodeSha256``: deploying
 unchanged code is a no-op. Built zips are cached by a hash of their content
 under ``$FMPI_CACHE_DIR`` (default ``~/.cache/fmpi``)/lambda.
 
+Lambda's limits: a zip over 50 MB cannot be uploaded with the API call
+itself (``deploy`` sends it through S3, ``s3code``), and the unzipped
+function, layers included, must stay within 250 MB whichever way it comes
+(checked here, before anything is zipped).
+
 Dependencies are copied from the environment fmpirun runs in, so they must
 suit the Lambda runtime (Linux, same Python version and architecture; for
 binary wheels, a glibc no newer than the runtime's). ``--no-bundle-deps``
@@ -35,9 +40,12 @@ from pathlib import Path
 
 from .event import CODE_DIR
 
-ZIP_LIMIT = 50 * 1024 * 1024  # bytes: Lambda's limit for a zip uploaded with the API call
+ZIP_LIMIT = 50 * 1024 * 1024  # bytes: Lambda's limit for a zip uploaded with the API call (larger ones go through S3)
 UNZIPPED_LIMIT = 250 * 1024 * 1024  # bytes: Lambda's limit for the unzipped function and its layers
-VENDORED = ("numpy", "aws-lambda-powertools")  # what the rank needs that the runtime does not have
+# The limits above can be lowered (tests, or to send every zip through S3) with these variables, in bytes.
+ZIP_LIMIT_ENV = "FMPI_LAMBDA_ZIP_LIMIT"
+UNZIPPED_LIMIT_ENV = "FMPI_LAMBDA_UNZIPPED_LIMIT"
+VENDORED = ("numpy", "aws-lambda-powertools", "redis")  # what a rank needs that the runtime lacks (redis: redis:// relays)
 RUNTIME_PROVIDED = frozenset(
     {"boto3", "botocore", "s3transfer", "jmespath", "python-dateutil", "six", "urllib3", "awslambdaric", "simplejson"}
 )
@@ -70,6 +78,11 @@ class Bundle:
     def read(self) -> bytes:
         return self.path.read_bytes()
 
+    @property
+    def sha256_hex(self) -> str:
+        """The zip's SHA-256 in hex (``code_sha256`` is the same hash in base64, as Lambda reports it)."""
+        return base64.b64decode(self.code_sha256).hex()
+
 
 def lambda_runtime() -> str:
     """The Lambda runtime matching this interpreter (its dependencies are copied into the zip)."""
@@ -85,8 +98,39 @@ def cache_root() -> Path:
     return Path(os.environ.get("FMPI_CACHE_DIR") or Path.home() / ".cache" / "fmpi")
 
 
-def build_bundle(code_dir: Path, *, vendor: bool = True, cache_dir: Path | None = None) -> Bundle:
-    """The deployment zip for the program in `code_dir` (built, or taken from the cache)."""
+def direct_upload_limit() -> int:
+    """Bytes: a larger zip is deployed through S3 (Lambda's 50 MB, unless ``FMPI_LAMBDA_ZIP_LIMIT`` lowers it)."""
+    return _limit(ZIP_LIMIT_ENV, ZIP_LIMIT)
+
+
+def unzipped_limit() -> int:
+    """Bytes: Lambda refuses a larger unzipped function (250 MB, unless ``FMPI_LAMBDA_UNZIPPED_LIMIT`` lowers it)."""
+    return _limit(UNZIPPED_LIMIT_ENV, UNZIPPED_LIMIT)
+
+
+def _limit(variable: str, default: int) -> int:
+    raw = os.environ.get(variable, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise PackagingError(f"{variable} must be a number of bytes, not {raw!r}") from None
+    if value <= 0:
+        raise PackagingError(f"{variable} must be positive, not {value}")
+    return min(value, default)  # Lambda's own limit cannot be raised
+
+
+def build_bundle(
+    code_dir: Path, *, vendor: bool = True, cache_dir: Path | None = None, max_unzipped: int | None = None
+) -> Bundle:
+    """The deployment zip for the program in `code_dir` (built, or taken from the cache).
+
+    Refused before anything is zipped when the unzipped content exceeds
+    `max_unzipped` (default: ``unzipped_limit()``), a limit that no upload
+    path lifts. The zip's size is not limited here: ``deploy`` sends a zip
+    over the direct-upload limit through S3.
+    """
     code_dir = Path(code_dir).resolve()
     if not code_dir.is_dir():
         raise PackagingError(f"code directory not found: {code_dir}")
@@ -106,13 +150,15 @@ def build_bundle(code_dir: Path, *, vendor: bool = True, cache_dir: Path | None 
     ).encode()
 
     unzipped = sum(p.stat().st_size for p in entries.values()) + len(manifest)
-    if unzipped > UNZIPPED_LIMIT:
+    limit = unzipped_limit() if max_unzipped is None else max_unzipped
+    if unzipped > limit:
         biggest = sorted(entries.items(), key=lambda kv: kv[1].stat().st_size, reverse=True)[:3]
         raise PackagingError(
-            f"the function is too large: {_mb(unzipped)} unzipped, and Lambda allows {_mb(UNZIPPED_LIMIT)} "
-            f"(function and layers together). Largest files: "
+            f"the function is too large: {_mb(unzipped)} unzipped, and Lambda allows at most {_mb(limit)} unzipped "
+            "(its 250 MB limit for the function and its layers together, through S3 or not). Largest files: "
             + ", ".join(f"{name} ({_mb(p.stat().st_size)})" for name, p in biggest)
-            + ". Point --code at a smaller directory."
+            + ". Point --code at a smaller directory (data belongs in S3, read at run time), or provide "
+            "dependencies from layers (--layers ARN, with --no-bundle-deps for numpy and powertools)."
         )
 
     digest = _digest(entries, manifest)
@@ -128,12 +174,6 @@ def build_bundle(code_dir: Path, *, vendor: bool = True, cache_dir: Path | None 
     else:
         os.utime(path)
     zipped = path.stat().st_size
-    if zipped > ZIP_LIMIT:
-        raise PackagingError(
-            f"the function is too large: the zip is {_mb(zipped)}, and Lambda accepts at most {_mb(ZIP_LIMIT)} "
-            f"uploaded directly ({_mb(unzipped)} unzipped). Point --code at a smaller directory, or move "
-            "dependencies into a layer (--layers ARN --no-bundle-deps)."
-        )
     code_sha256 = base64.b64encode(hashlib.sha256(path.read_bytes()).digest()).decode()
     return Bundle(path, digest, code_sha256, zipped, unzipped, len(entries) + 1, cached, warnings)
 

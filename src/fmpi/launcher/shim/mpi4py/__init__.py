@@ -17,12 +17,14 @@ def get_config() -> dict:
 
 
 class _RC:
-    """mpi4py.rc: accepted and ignored (fmpi initializes when MPI is imported, as mpi4py does by default)."""
+    """mpi4py.rc. fmpi initializes when MPI is imported (as mpi4py does by default); of the
+    rest, ``errors`` is honoured ("exception", "default"/"fatal", "abort"; see fmpi.api.runtime)."""
 
     initialize = True
     finalize = True
     threads = True
     thread_level = "multiple"
+    errors = "exception"
 
 
 rc = _RC()

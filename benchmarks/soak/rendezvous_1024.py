@@ -1,0 +1,357 @@
+"""Load: one rendezvous service holding N simulated ranks (default 1024) until every one has the WORLD.
+
+A real ``fmpi-relay`` subprocess (and, with ``--redis``, a real
+``redis-server`` on a free port) and lightweight clients: a few worker
+processes, each running many threads, each thread one rank that only does
+what a rank's bootstrap does at rendezvous (connect, REGISTER, wait for the
+WORLD) with fmpi's own client code (``fmpi.relay.client`` /
+``fmpi.relay.redis_rendezvous``). No MPI runtime, no listener: the endpoints
+are made up.
+
+Phases, all clocks ``time.monotonic()`` (system-wide on Linux, so comparable
+across the worker processes):
+
+1. every client connects (not timed as part of the world);
+2. the launcher sends CREATE (t0); the clients are released and REGISTER;
+3. each client records when its WORLD arrived and checks it (N peers, ranks 0..N-1).
+
+Printed: time to full world (CREATE -> the last client has the WORLD), the
+first/median WORLD arrival, the relay's own "world published" time, and the
+service's peak RSS (VmHWM of the relay / redis-server process) with its RSS
+before the job. One Markdown table at the end.
+
+    .venv/bin/python benchmarks/soak/rendezvous_1024.py                       # fmpi-relay, 1024 ranks
+    .venv/bin/python benchmarks/soak/rendezvous_1024.py --redis               # and the same against Redis
+    .venv/bin/python benchmarks/soak/rendezvous_1024.py --ranks 256 --procs 2 --redis --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import resource
+import secrets
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+
+
+# ---------------------------------------------------------------- process memory
+def proc_status(pid: int) -> dict[str, int]:
+    """VmRSS and VmHWM of `pid` in KiB."""
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out[key] = int(value.split()[0])
+    return out
+
+
+# ---------------------------------------------------------------- services
+class RelayService:
+    def __init__(self) -> None:
+        # A long heartbeat timeout: the lightweight clients never beat (a real rank's engine does).
+        self.proc = subprocess.Popen(
+            [str(BIN / "fmpi-relay"), "--host", "127.0.0.1", "--port", "0", "--probe-port", "-1",
+             "--heartbeat-timeout", "600", "--log-level", "WARNING"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )
+        line = self.proc.stdout.readline()
+        if not line.startswith("fmpi-relay listening on tcp://"):
+            self.stop()
+            raise RuntimeError(f"fmpi-relay did not start: {line!r}")
+        self.url = line.split()[-1]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class RedisService:
+    def __init__(self) -> None:
+        binary = shutil.which("redis-server")
+        if not binary:
+            raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.proc = subprocess.Popen(
+            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--maxclients", "10000"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        self.url = f"redis://127.0.0.1:{port}/0"
+        import redis
+
+        self.client = redis.Redis(host="127.0.0.1", port=port)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                self.client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        try:
+            self.client.close()
+        except Exception:
+            pass
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+
+
+# ---------------------------------------------------------------- clients (worker processes)
+def _worker(kind: str, url: str, job: str, token: str, ranks: list[int], size: int,
+            connected: mp.Queue, go: mp.Event, results: mp.Queue) -> None:
+    """One process: a thread per rank. Connect, report, wait for `go`, register, wait for the world."""
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(65536, resource.getrlimit(resource.RLIMIT_NOFILE)[1]),) * 2)
+    threading.stack_size(256 << 10)
+    out: list[dict] = []
+    lock = threading.Lock()
+    ready = threading.Barrier(len(ranks) + 1)
+
+    def one(rank: int) -> None:
+        rec: dict = {"rank": rank}
+        conn = None
+        try:
+            if kind == "relay":
+                from fmpi.relay.client import RelayConnection
+
+                conn = RelayConnection(url, timeout=60)
+            else:
+                from fmpi.relay.redis_rendezvous import RedisRank
+
+                conn = RedisRank(url, job, token)
+        except Exception as exc:  # noqa: BLE001 - reported, counted as a failure
+            rec["error"] = f"connect: {exc!r}"
+        ready.wait()
+        go.wait()
+        if "error" not in rec:
+            try:
+                t = time.monotonic()
+                deadline = t + 300
+                endpoints = [("127.0.0.1", 20000 + rank)]
+                if kind == "relay":
+                    from fmpi.relay.client import register, wait_world
+
+                    got, got_size, _ = register(conn, job, token, rank, uuid.uuid4().hex, endpoints, timeout=120)
+                    rec["registered"] = time.monotonic()
+                    peers = wait_world(conn, deadline)
+                else:
+                    got, got_size = conn.register(rank, uuid.uuid4().hex, endpoints)
+                    rec["registered"] = time.monotonic()
+                    peers = conn.wait_world(deadline)
+                rec["world"] = time.monotonic()
+                rec["register_s"] = rec["registered"] - t
+                ok = got == rank and got_size == size and [p.rank for p in peers] == list(range(size))
+                ok = ok and peers[rank].endpoints == [("127.0.0.1", 20000 + rank)]
+                if not ok:
+                    rec["error"] = f"bad world: rank {got}, size {got_size}, {len(peers)} peers"
+            except Exception as exc:  # noqa: BLE001
+                rec["error"] = repr(exc)
+        with lock:
+            out.append(rec)
+        return conn
+
+    conns: list = [None] * len(ranks)
+
+    def run(i: int, rank: int) -> None:
+        conns[i] = one(rank)
+
+    threads = [threading.Thread(target=run, args=(i, r), daemon=True) for i, r in enumerate(ranks)]
+    for th in threads:
+        th.start()
+    ready.wait()
+    connected.put(len(ranks))
+    go.wait()
+    for th in threads:
+        th.join()
+    results.put(out)
+    results.close()
+    results.join_thread()
+    # Hold the connections until told to stop (a rank's vanishing would fail the job early).
+    go_stop_path = os.environ.get("SOAK_STOP_FILE", "")
+    while go_stop_path and not os.path.exists(go_stop_path):
+        time.sleep(0.05)
+    for c in conns:
+        try:
+            if c is None:
+                continue
+            if kind == "relay":
+                c.close()
+            else:
+                for client in c.hand_over():  # both connections; close() would push a _stop notice
+                    client.close()
+        except Exception:
+            pass
+
+
+# ---------------------------------------------------------------- one measurement
+def measure(kind: str, size: int, procs: int) -> dict:
+    service = RelayService() if kind == "relay" else RedisService()
+    pid = service.proc.pid
+    job, token = "soak" + secrets.token_hex(6), secrets.token_urlsafe(24)
+    stop_file = f"/tmp/fmpi-soak-stop-{os.getpid()}-{job}"
+    os.environ["SOAK_STOP_FILE"] = stop_file
+    ctx = mp.get_context("fork")
+    connected, results, go = ctx.Queue(), ctx.Queue(), ctx.Event()
+    shards = [list(range(size))[i::procs] for i in range(procs)]
+    workers = [ctx.Process(target=_worker, args=(kind, service.url, job, token, shard, size, connected, go, results))
+               for shard in shards if shard]
+    launcher = None
+    events: list[dict] = []
+    try:
+        t_connect = time.monotonic()
+        for w in workers:
+            w.start()
+        n = sum(connected.get(timeout=300) for _ in workers)
+        t_connected = time.monotonic()
+        mem_before = proc_status(pid)
+        # CREATE (t0), then release the clients.
+        t0 = time.monotonic()
+        if kind == "relay":
+            from fmpi.relay.client import RelayConnection
+            from fmpi.relay.protocol import Kind
+
+            launcher = RelayConnection(service.url, timeout=30)
+            launcher.send(Kind.CREATE, {"job": job, "token": token, "size": size, "fill_timeout": 300})
+            launcher.expect(Kind.CREATED, timeout=30)
+        else:
+            from fmpi.relay.redis_rendezvous import RedisJob
+
+            world_event = threading.Event()
+
+            def on_event(kind_: str, body: dict) -> None:
+                if kind_ == "world":
+                    events.append({"t": time.monotonic()})
+                    world_event.set()
+
+            launcher = RedisJob(service.url, job, token, size, 300, on_event)
+        t_created = time.monotonic()
+        go.set()
+        recs: list[dict] = []
+        for _ in workers:
+            recs += results.get(timeout=600)
+        server_world = None
+        if kind == "relay":
+            # The launcher hears one 'joined' per rank, then 'world' with the relay's own time.
+            from fmpi.relay.protocol import Kind
+
+            while True:
+                k, body = launcher.recv(timeout=60)
+                if k is Kind.EVENT and body.get("type") == "world":
+                    server_world = float(body["seconds"])
+                    break
+        else:
+            world_event.wait(60)
+            server_world = events[0]["t"] - t0 if events else None
+        mem_after = proc_status(pid)
+        redis_peak = None
+        if kind == "redis":
+            info = service.client.info("memory")
+            redis_peak = info.get("used_memory_peak")
+        errors = [r for r in recs if "error" in r]
+        worlds = sorted(r["world"] for r in recs if "world" in r)
+        result = {
+            "service": "fmpi-relay" if kind == "relay" else "redis-server",
+            "ranks": size,
+            "clients_ok": len(worlds),
+            "errors": len(errors),
+            "first_error": errors[0]["error"] if errors else None,
+            "connect_s": round(t_connected - t_connect, 3),
+            "create_s": round(t_created - t0, 4),
+            "full_world_s": round(worlds[-1] - t0, 3) if worlds else None,
+            "first_world_s": round(worlds[0] - t0, 3) if worlds else None,
+            "median_world_s": round(statistics.median(worlds) - t0, 3) if worlds else None,
+            "service_world_s": round(server_world, 3) if server_world is not None else None,
+            "register_median_ms": round(1000 * statistics.median(r["register_s"] for r in recs if "register_s" in r), 1)
+            if worlds else None,
+            "rss_before_mib": round(mem_before["VmRSS"] / 1024, 1),
+            "peak_rss_mib": round(mem_after["VmHWM"] / 1024, 1),
+            "redis_used_memory_peak_mib": round(redis_peak / 2**20, 1) if redis_peak else None,
+            "clients": n,
+        }
+        return result
+    finally:
+        Path(stop_file).touch()
+        for w in workers:
+            w.join(30)
+            if w.is_alive():
+                w.kill()
+        try:
+            if launcher is not None:
+                if kind == "relay":
+                    from fmpi.relay.protocol import Kind
+
+                    launcher.send(Kind.END, {"job": job})
+                    launcher.close()
+                else:
+                    launcher.end()
+                    left = list(service.client.scan_iter(match="fmpi:*", count=1000))
+                    if left:
+                        print(f"warning: {len(left)} fmpi keys left in Redis after the job", file=sys.stderr)
+        finally:
+            service.stop()
+            Path(stop_file).unlink(missing_ok=True)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--ranks", type=int, default=1024, help="simulated ranks (default %(default)s)")
+    p.add_argument("--procs", type=int, default=4, help="client processes (threads per process = ranks / procs)")
+    p.add_argument("--redis", action="store_true", help="also measure Redis (RedisJob/RedisRank, a local redis-server)")
+    p.add_argument("--redis-only", action="store_true", help="measure Redis only")
+    p.add_argument("--json", action="store_true", help="one JSON line per measurement as well")
+    args = p.parse_args()
+    need = 2 * args.ranks + 256  # per client process at most, but the launcher holds the other ends' pipes
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < need:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(need, soft)), hard))
+    kinds = [] if args.redis_only else ["relay"]
+    if args.redis or args.redis_only:
+        kinds.append("redis")
+    rows = []
+    for kind in kinds:
+        r = measure(kind, args.ranks, args.procs)
+        rows.append(r)
+        if args.json:
+            print("SOAK-RENDEZVOUS " + json.dumps(r), flush=True)
+    print()
+    print(f"rendezvous of {args.ranks} simulated ranks ({args.procs} client processes, {os.cpu_count()} cores)")
+    print()
+    print("| service | ranks | ok | errors | connect all | CREATE -> last WORLD | first / median WORLD | service: world out | register median | service RSS before | service peak RSS (VmHWM) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows:
+        extra = f" (Redis used_memory_peak {r['redis_used_memory_peak_mib']} MiB)" if r["redis_used_memory_peak_mib"] else ""
+        print(f"| {r['service']} | {r['ranks']} | {r['clients_ok']} | {r['errors']} | {r['connect_s']} s | "
+              f"{r['full_world_s']} s | {r['first_world_s']} / {r['median_world_s']} s | {r['service_world_s']} s | "
+              f"{r['register_median_ms']} ms | {r['rss_before_mib']} MiB | {r['peak_rss_mib']} MiB{extra} |")
+    for r in rows:
+        if r["errors"]:
+            print(f"{r['service']}: {r['errors']} clients failed, first: {r['first_error']}", file=sys.stderr)
+    return 1 if any(r["errors"] or r["clients_ok"] != r["ranks"] for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

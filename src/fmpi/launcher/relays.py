@@ -1,0 +1,24 @@
+"""What a launcher does with several relays, whatever runs the ranks (the local and the Lambda backends)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..relay.client import relay_addresses
+from ..relay.redis_connect import is_redis_url
+
+if TYPE_CHECKING:
+    from ..relay.dso_client import DsoHost
+    from .job import Job
+
+
+def host_objects(job: Job, relay_url: str) -> DsoHost | None:
+    """With several relays (tcp://a:7000,b:7000) the job is created on the first; the others must host
+    its shared objects too (server-side collectives shard them over all): a ``DsoHost`` for as long as
+    the job runs (``end()`` it with the job), or None with one relay (or Redis)."""
+    if is_redis_url(relay_url) or len(relay_addresses(relay_url)) < 2:
+        return None
+    from ..relay.dso_client import DsoHost
+
+    first = "tcp://{}:{}".format(*relay_addresses(relay_url)[0])
+    return DsoHost(relay_url, job.id, job.token, skip=[first])

@@ -1,0 +1,290 @@
+"""Server-side collectives on Redis (``collectives/server_side.Provider``): Lua scripts, one round trip.
+
+Every rank sends its script call and a ``BLPOP`` on its own wake list in one
+pipeline (one network round trip): the script records the contribution, and
+the call that completes a round pushes what each rank needs onto each rank's
+wake list, which ends their ``BLPOP``s. No polling anywhere.
+
+* **barrier** and **small allreduce** (N x bytes <= `small_max`): the script
+  keeps contributions in a hash keyed by rank (``HSETNX``: a retried rank's
+  second contribution is ignored); the last one pushes all N contributions,
+  in rank order, to every rank, and each rank folds them locally in rank
+  order with numpy. A barrier is the same script with empty contributions.
+* **large allreduce**: a scatter-reduce over per-rank segments. The vector is
+  cut into N segments; rank j owns segment j. Step 1: one script call stores
+  every segment of the caller's vector under its owner; when segment j has
+  all N contributions, they go to rank j's wake list. Rank j folds them in
+  rank order. Step 2: rank j publishes its folded segment; when all N are
+  in, the whole result goes to every rank. Per rank: ~3x the vector through
+  Redis and two round trips, against N x the vector for every rank fetching
+  all contributions; the arithmetic runs on the ranks in parallel, not in
+  Redis' single thread.
+
+Why not fold in Lua: Lua numbers are doubles (int64 would be inexact), and a
+script blocks the whole server while it runs. Redis does the coordination —
+atomic, keyed by rank, one round trip — and the ranks the arithmetic.
+
+Keys (all under the job's hash tag, all with the job's TTL, deleted with the
+job by fmpirun; per-round keys are deleted as soon as the round completes):
+
+    fmpi:{J}:coll:<comm>:<round>             hash: rank -> contribution; 'n' distinct; 'w<rank>' calls
+    fmpi:{J}:coll:<comm>:<round>:s<j>        hash: segment j's contributions (large allreduce, step 1)
+    fmpi:{J}:coll:<comm>:<round>:res         hash: folded segments (large allreduce, step 2)
+    fmpi:{J}:coll:<comm>:<round>:w<tag><r>   list: rank r's wake-up for one step (emptied by its BLPOP)
+    fmpi:{J}:coll:<comm>:done                hash: round -> result of the last KEEP completed rounds (a retry
+                                             arriving after its round completed gets it);
+                                             'floor': every older round (a late retry fails 'expired')
+    fmpi:{J}:coll:<comm>:order               list: completed rounds, oldest first
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from ..collectives.options import split_even
+from .client import RelayError
+from .redis_connect import explain, safe_url
+from .redis_rendezvous import DEFAULT_TTL
+
+KEEP = 8  # completed rounds per communicator whose result a late retry still gets
+SMALL_MAX = 64 << 10  # N x vector bytes up to which every rank gets all contributions
+WAIT = 30  # seconds per BLPOP; it is repeated while the job lives
+
+# Shared by the scripts: record a completed round (`result` for late retries), forget old ones;
+# wake ranks; refuse a call for a gone job or an expired round; gather one value per rank.
+_FUNCTIONS = """
+local function done(base, round, result, ttl)
+  redis.call('HSET', base .. 'done', round, result)
+  redis.call('RPUSH', base .. 'order', round)
+  redis.call('EXPIRE', base .. 'done', ttl)
+  redis.call('EXPIRE', base .. 'order', ttl)
+  while redis.call('LLEN', base .. 'order') > tonumber(ARGV[6]) do
+    local old = redis.call('LPOP', base .. 'order')
+    redis.call('HDEL', base .. 'done', old)
+    local floor = tonumber(redis.call('HGET', base .. 'done', 'floor') or '-1')
+    if tonumber(old) > floor then redis.call('HSET', base .. 'done', 'floor', old) end
+  end
+end
+local function wake(key, value, times, ttl)
+  for _ = 1, times do redis.call('RPUSH', key, value) end
+  redis.call('EXPIRE', key, ttl)
+end
+-- nil, or why the call is refused; KEYS[2] (the caller's wake list) then gets an empty item, so its BLPOP ends
+local function check(base, round, ttl)
+  if redis.call('EXISTS', KEYS[1]) == 0 then return 'job_over' end  -- write nothing for a job that is gone
+  local floor = tonumber(redis.call('HGET', base .. 'done', 'floor') or '-1')
+  if tonumber(round) <= floor and redis.call('HEXISTS', base .. 'done', round) == 0 then
+    wake(KEYS[2], '', 1, ttl)
+    return 'expired'
+  end
+  return nil
+end
+-- `rank`'s `value` into hash `key` (a retried rank's second value is ignored; every call is counted).
+-- Once all `size` ranks are in: push their values, in rank order, to each rank's wake list
+-- `wprefix .. r` (once per call it made) and return them; nil before.
+local function gather(key, rank, value, size, wprefix, ttl)
+  if redis.call('HSETNX', key, rank, value) == 1 then redis.call('HINCRBY', key, 'n', 1) end
+  redis.call('HINCRBY', key, 'w' .. rank, 1)
+  redis.call('EXPIRE', key, ttl)
+  if tonumber(redis.call('HGET', key, 'n')) < size then return nil end
+  local fields, waits = {}, {}
+  for r = 0, size - 1 do fields[r + 1] = tostring(r); waits[r + 1] = 'w' .. r end
+  local all = table.concat(redis.call('HMGET', key, unpack(fields)))
+  local times = redis.call('HMGET', key, unpack(waits))
+  for r = 0, size - 1 do
+    local n = tonumber(times[r + 1] or '0')
+    if n > 0 then wake(wprefix .. r, all, n, ttl) end
+  end
+  return all
+end
+"""
+
+# How every script starts: its arguments, the refusal check, and the round's result if it completed.
+_BEGIN = _FUNCTIONS + """
+local base, round, rank, size, ttl = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
+local bad = check(base, round, ttl)
+if bad then return redis.error_reply(bad) end
+local rkey = base .. round
+local result = redis.call('HGET', base .. 'done', round)
+"""
+
+# Barrier / small allreduce. KEYS[1] meta, KEYS[2] the caller's wake list. ARGV: base ('fmpi:{J}:coll:<comm>:'), round, rank, size, ttl, keep, payload.
+# Returns 1 when the caller's wake list holds (or will hold) the answer.
+_GATHER = _BEGIN + """
+local wkey = rkey .. ':wg'
+if result then wake(wkey .. rank, result, 1, ttl) return 1 end
+result = gather(rkey, rank, ARGV[7], size, wkey, ttl)
+if not result then return 1 end
+redis.call('DEL', rkey)
+done(base, round, result, ttl)
+return 1
+"""
+
+# Large allreduce, step 1. ARGV as _GATHER, then ARGV[7..6+size]: the caller's segment j for owner j.
+# Returns 1 (the wake list gets segment `rank`'s contributions) or 2 (the round is over: it gets the result).
+_SCATTER = _BEGIN + """
+if result then wake(KEYS[2], result, 1, ttl) return 2 end  -- a retry after the round completed: the result
+redis.call('HINCRBY', rkey .. ':calls', rank, 1)
+redis.call('EXPIRE', rkey .. ':calls', ttl)
+local fields = {}
+for r = 0, size - 1 do fields[r + 1] = tostring(r) end
+for j = 0, size - 1 do
+  local skey = rkey .. ':s' .. j
+  if redis.call('HSETNX', skey, rank, ARGV[7 + j]) == 1 then redis.call('HINCRBY', skey, 'n', 1) end
+  redis.call('EXPIRE', skey, ttl)
+  if tonumber(redis.call('HGET', skey, 'n')) >= size and redis.call('HGET', skey, 'sent') == false then
+    local parts = table.concat(redis.call('HMGET', skey, unpack(fields)))
+    local owner = tonumber(redis.call('HGET', rkey .. ':calls', tostring(j)) or '0')
+    -- the owner may not have called yet (its own call completes its segment): it takes it from 'parts'
+    redis.call('HDEL', skey, unpack(fields))
+    redis.call('HSET', skey, 'sent', '1')
+    redis.call('HSET', skey, 'parts', parts)
+    if owner > 0 then wake(rkey .. ':ws' .. j, parts, owner, ttl) end
+  elseif tostring(j) == rank and redis.call('HGET', skey, 'sent') then
+    wake(rkey .. ':ws' .. j, redis.call('HGET', skey, 'parts'), 1, ttl)
+  end
+end
+return 1
+"""
+
+# Large allreduce, step 2. ARGV as _GATHER with payload = the caller's folded segment.
+_PUBLISH = _BEGIN + """
+if result then wake(KEYS[2], result, 1, ttl) return 2 end  -- a retry after the round completed: the result
+local qkey = rkey .. ':res'
+result = gather(qkey, rank, ARGV[7], size, rkey .. ':wr', ttl)
+if not result then return 1 end
+for r = 0, size - 1 do redis.call('DEL', rkey .. ':s' .. r) end
+redis.call('DEL', qkey, rkey .. ':calls')
+done(base, round, result, ttl)
+return 1
+"""
+
+
+class RedisCollectives:
+    """Barrier and allreduce of one job's communicators through Redis scripts (see the module docstring).
+
+    Thread-safe (redis-py's connection pool: a pipeline holds one connection
+    while its BLPOP waits, so concurrent collectives of one rank each get
+    their own). Connects on first use.
+    """
+
+    kind = "redis"
+    errors = (RelayError, OSError)  # (what collectives/server_side turns into MPI errors)
+
+    def __init__(self, url: str, job: str, *, ttl: int = DEFAULT_TTL, small_max: int = SMALL_MAX, keep: int = KEEP) -> None:
+        self.url, self.job = url, job
+        self.where = safe_url(url)
+        self.ttl, self.small_max, self.keep = ttl, small_max, keep
+        self.calls: dict[str, int] = {}
+        self._meta = f"fmpi:{{{job}}}:meta"
+        self._redis: Any = None
+        self._scripts: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------ plumbing
+    def _client(self) -> Any:
+        if self._redis is None:
+            with self._lock:
+                if self._redis is None:
+                    from .redis_connect import connect
+
+                    client = connect(self.url, job=self.job)
+                    self._load(client)
+                    self._redis = client
+        return self._redis
+
+    def _load(self, client: Any) -> None:
+        self._scripts = {name: client.script_load(text) for name, text in (("gather", _GATHER), ("scatter", _SCATTER), ("publish", _PUBLISH))}
+
+    def _base(self, comm_key: str) -> str:
+        return f"fmpi:{{{self.job}}}:coll:{comm_key}:"
+
+    def _call(self, script: str, comm_key: str, round: int, rank: int, size: int, payloads: list, wake: str) -> tuple[int, bytes]:
+        """Run `script` and BLPOP the caller's wake list `wake`, pipelined: one round trip. (script's answer, popped)"""
+        import redis
+
+        client = self._client()
+        argv = [self._base(comm_key), round, rank, size, self.ttl, self.keep, *payloads]
+        try:
+            # EVALSHA with the sha loaded at connect: a redis-py Script in a pipeline would cost a
+            # SCRIPT EXISTS round trip on every execute.
+            pipe = client.pipeline(transaction=False)
+            pipe.evalsha(self._scripts[script], 2, self._meta, wake, *argv)
+            pipe.blpop([wake], timeout=WAIT)
+            try:
+                code, popped = pipe.execute()
+            except redis.exceptions.NoScriptError:  # the server lost its script cache (restart, SCRIPT FLUSH)
+                self._load(client)
+                pipe = client.pipeline(transaction=False)
+                pipe.evalsha(self._scripts[script], 2, self._meta, wake, *argv)
+                pipe.blpop([wake], timeout=WAIT)
+                code, popped = pipe.execute()
+            while popped is None:  # still waiting for slower ranks, as long as the job lives
+                if not client.exists(self._meta):
+                    raise RelayError(f"job {self.job} ended while this rank waited in a collective on Redis", "job_over")
+                popped = client.blpop([wake], timeout=WAIT)
+        except redis.ResponseError as exc:
+            code = str(exc).split()[0] if str(exc) else "error"
+            if isinstance(exc, redis.exceptions.AskError):  # the job's cluster slot moved (see explain)
+                code = "moved"
+            raise RelayError(f"Redis at {self.where} refused a collective call: {explain(exc)}", code) from None
+        except redis.RedisError as exc:
+            raise RelayError(f"lost Redis at {self.where} during a collective: {exc}", "lost") from None
+        return int(code), popped[1]
+
+    # ------------------------------------------------------------ provider
+    def barrier(self, comm_key: str, generation: int, rank: int, size: int) -> None:
+        wake = f"{self._base(comm_key)}{generation}:wg{rank}"
+        self._call("gather", comm_key, generation, rank, size, [b""], wake)
+        self.calls["barrier"] = self.calls.get("barrier", 0) + 1
+
+    def allreduce(self, comm_key: str, round: int, rank: int, size: int, send: np.ndarray, op: str, out: np.ndarray) -> None:
+        from .dso_objects import OPS
+
+        ufunc = OPS[op]
+        src = np.ascontiguousarray(send).reshape(-1)
+        flat = out.reshape(-1)
+        base = f"{self._base(comm_key)}{round}"
+        if src.nbytes * size <= self.small_max:
+            _, blob = self._call("gather", comm_key, round, rank, size, [src.view(np.uint8).tobytes()], f"{base}:wg{rank}")
+            _fold_into(flat, blob, size, src.dtype, ufunc)
+            self.calls["allreduce"] = self.calls.get("allreduce", 0) + 1
+            return
+        # scatter-reduce: segment j (elements bounds[j]) is folded by rank j
+        bounds = split_even(src.size, size)
+        segments = [src[lo:hi].view(np.uint8).tobytes() for lo, hi in bounds]
+        code, parts = self._call("scatter", comm_key, round, rank, size, segments, f"{base}:ws{rank}")
+        if code == 2:  # a retry of a round that completed meanwhile
+            whole = parts
+        else:
+            whole = self._publish(comm_key, round, rank, size, src, bounds, parts, ufunc, base)
+        if len(whole) != src.nbytes:
+            raise RelayError(f"Redis at {self.where}: round {round} of {comm_key} completed long ago (expired)", "expired")
+        flat[...] = np.frombuffer(whole, dtype=src.dtype)
+        self.calls["allreduce"] = self.calls.get("allreduce", 0) + 1
+
+    def _publish(self, comm_key, round, rank, size, src, bounds, parts, ufunc, base) -> bytes:
+        """Step 2: fold our segment's contributions, publish it, get the whole result."""
+        lo, hi = bounds[rank]
+        mine = np.empty(hi - lo, dtype=src.dtype)
+        _fold_into(mine, parts, size, src.dtype, ufunc)
+        _, whole = self._call("publish", comm_key, round, rank, size, [mine.view(np.uint8).tobytes()], f"{base}:wr{rank}")
+        return whole
+
+    def close(self) -> None:
+        client, self._redis = self._redis, None
+        if client is not None:
+            client.close()
+
+
+def _fold_into(out: np.ndarray, blob: bytes, size: int, dtype: np.dtype, ufunc: np.ufunc) -> None:
+    """`out` = contribution 0 op 1 op ... op size-1, the contributions laid end to end in `blob`."""
+    if len(blob) != out.size * dtype.itemsize * size:
+        raise RelayError(f"a server-side reduction returned {len(blob)} bytes, not {size} x {out.nbytes}", "expired")
+    parts = np.frombuffer(blob, dtype=dtype).reshape(size, out.size)
+    out[...] = parts[0]
+    for r in range(1, size):
+        ufunc(out, parts[r], out=out)

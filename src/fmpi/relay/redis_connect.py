@@ -1,0 +1,214 @@
+"""Connecting to the Redis a job uses: URL checks, the rank's bound connection, Redis Cluster routing.
+
+Redis Cluster: ``connect(url, job=J)`` asks the node in the URL ``INFO
+cluster``; on a cluster it looks up the master serving the slot of J's hash
+tag (``CLUSTER SLOTS``) and connects a plain client to that node instead, so
+every code path (scripts, pipelines, BLPOPs, the rank's bound connection)
+stays the one used with a single server. A slot that migrates while the job
+runs is not followed: the MOVED reply becomes a clear error (``explain``).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+from urllib.parse import urlsplit
+
+from .client import RelayError, local_ip_towards
+
+
+def is_redis_url(url: str) -> bool:
+    return urlsplit(url).scheme in ("redis", "rediss")
+
+
+def check_url(url: str) -> None:
+    """Raise ValueError unless `url` is redis://[:password@]host[:port][/db] (or rediss://)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss"):
+        raise ValueError(f"unsupported Redis URL {safe_url(url)!r}: expected redis://[:password@]host:port/db or rediss://...")
+    try:
+        parts.port
+    except ValueError:
+        raise ValueError(f"Redis URL {safe_url(url)!r} has an invalid port") from None
+    db = parts.path.strip("/")
+    if not parts.hostname or (db and not db.isdigit()):
+        raise ValueError(f"Redis URL {safe_url(url)!r} needs a host and an optional numeric db (redis://host:port/0)")
+
+
+def address(url: str) -> tuple[str, int]:
+    parts = urlsplit(url)
+    return parts.hostname or "localhost", parts.port or 6379
+
+
+def source_ip(url: str) -> str:
+    """The local address this machine would use to reach the Redis server (no packet is sent)."""
+    host, port = address(url)
+    return local_ip_towards(host, port, f"Redis at {safe_url(url)}")
+
+
+def _bound_connection_class(source: tuple[str, int], tls: bool = False):
+    """A redis-py Connection that connects from `source` (a port shared with the rank's listener).
+
+    Then the address Redis sees (CLIENT INFO) is the public mapping of the
+    port peers punch to, as with fmpi-relay's OBSERVE. With `tls` (rediss://)
+    the bound TCP connection is then wrapped in TLS by redis-py's own
+    SSLConnection code, so the observed endpoint is still the punching port.
+    """
+    import redis
+
+    from ..natpunch.simultaneous_open import bind_reusable
+
+    class BoundConnection(redis.Connection):
+        def _connect(self) -> socket.socket:
+            sock = bind_reusable(*source)
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sock.settimeout(self.socket_connect_timeout)
+                target = socket.getaddrinfo(self.host, self.port, sock.family, socket.SOCK_STREAM)[0][4]
+                sock.connect(target)
+                sock.settimeout(self.socket_timeout)
+            except BaseException:
+                sock.close()
+                raise
+            return sock
+
+    if not tls:
+        return BoundConnection
+
+    class BoundSSLConnection(redis.SSLConnection):
+        def _connect(self) -> socket.socket:
+            sock = BoundConnection._connect(self)  # the bound TCP connect (it uses only connection settings)
+            try:
+                return self._wrap_socket_with_ssl(sock)
+            except BaseException:
+                sock.close()
+                raise
+
+    return BoundSSLConnection
+
+
+_job_nodes: dict[tuple[str, str], str] = {}  # (url, job) -> URL of the node serving the job (url itself off a cluster)
+
+
+def connect(url: str, timeout: float = 10.0, source: tuple[str, int] | None = None, job: str | None = None):
+    """A redis-py client for `url` (redis:// or rediss://), with one clear error if unreachable.
+
+    `source`: connect from this local address; such a client must be used
+    by one thread at a time (a second connection from the same address to the
+    same server is impossible). rediss:// verifies the server's certificate
+    against the system's CAs, or against FMPI_TLS_CA when set (unless the
+    URL says otherwise, e.g. ``?ssl_cert_reqs=none``).
+
+    `job`: when `url` names a node of a Redis Cluster, the client is
+    connected to the master serving the slot of the job's keys instead
+    (found once per process and job; on a plain server that costs one
+    ``INFO cluster``).
+    """
+    if job is None:
+        return _connect(url, timeout, source)
+    known = _job_nodes.get((url, job))
+    client = _connect(known or url, timeout, source)
+    if known is not None:
+        return client
+    try:
+        node = _job_node(client, url, job)
+    except BaseException:
+        client.close()
+        raise
+    _job_nodes[(url, job)] = node
+    if node == url:
+        return client
+    client.close()
+    return _connect(node, timeout, source)
+
+
+def _job_node(client: Any, url: str, job: str) -> str:
+    """`url`, or on a Redis Cluster the URL of the master serving `job`'s slot (same password, db, options)."""
+    import redis
+    from redis.crc import key_slot
+
+    try:
+        enabled = int(client.info("cluster").get("cluster_enabled", 0))
+    except redis.ResponseError:  # INFO renamed or not allowed: treat it as a plain server
+        return url
+    except redis.RedisError as exc:
+        raise RelayError(f"cannot reach Redis at {safe_url(url)}: {exc}", "unreachable") from None
+    if not enabled:
+        return url
+    slot = key_slot(f"{{{job}}}".encode())  # every key of the job carries this hash tag (redis_rendezvous)
+    try:
+        ranges = client.execute_command("CLUSTER SLOTS")
+    except redis.RedisError as exc:
+        raise RelayError(f"Redis at {safe_url(url)} is a cluster node but CLUSTER SLOTS failed: {exc}", "unavailable") from None
+    if isinstance(ranges, dict):  # a redis-py that parses the reply: {(start, end): {"primary": (host, port), ...}}
+        ranges = [(start, end, entry["primary"]) for (start, end), entry in ranges.items()]
+    for start, end, master, *_replicas in ranges:
+        if int(start) <= slot <= int(end):
+            host = master[0].decode() if isinstance(master[0], bytes) else str(master[0])
+            if host in ("", "?"):  # "the node you asked" / endpoint unknown
+                host = address(url)[0]
+            return _with_address(url, host, int(master[1]))
+    raise RelayError(
+        f"the Redis Cluster at {safe_url(url)} has no node serving slot {slot} (job {job!r}): is cluster_state ok?", "unavailable"
+    )
+
+
+def _with_address(url: str, host: str, port: int) -> str:
+    parts = urlsplit(url)
+    userinfo = parts.netloc.rpartition("@")[0]
+    hostport = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    return parts._replace(netloc=f"{userinfo}@{hostport}" if userinfo else hostport).geturl()
+
+
+def explain(exc: BaseException) -> str:
+    """The text of a Redis error; a cluster redirection (the job's slot moved while it ran) in plain words."""
+    import redis
+
+    if isinstance(exc, redis.exceptions.AskError):  # MovedError is an AskError
+        return (
+            f"the job's Redis Cluster slot {exc.slot_id} moved to {exc.host}:{exc.port} while the job ran "
+            "(resharding or failover); fmpi does not follow a slot mid-job: run the job again"
+        )
+    return str(exc)
+
+
+def _connect(url: str, timeout: float, source: tuple[str, int] | None):
+    try:
+        import redis
+    except ImportError:
+        raise RelayError("a redis:// relay needs redis-py: pip install 'fmpi[redis]'", "unavailable") from None
+    check_url(url)
+    extra: dict[str, Any] = {}
+    tls = urlsplit(url).scheme == "rediss"
+    if source is not None:
+        extra["connection_class"] = _bound_connection_class(source, tls)
+    if tls and os.environ.get("FMPI_TLS_CA") and "ssl_ca_certs=" not in url:
+        extra["ssl_ca_certs"] = os.environ["FMPI_TLS_CA"]
+    client = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=None, health_check_interval=0, **extra)
+    try:
+        client.ping()
+    except redis.AuthenticationError as exc:
+        raise RelayError(f"Redis at {safe_url(url)} refused the password: {exc}", "auth") from None
+    except redis.RedisError as exc:
+        if isinstance(exc, redis.ResponseError) and "cluster mode" in str(exc):  # SELECT of a db other than 0
+            raise RelayError(
+                f"Redis at {safe_url(url)} is a Redis Cluster, which has only db 0: use {urlsplit(safe_url(url))._replace(path='/0').geturl()}",
+                "bad_url",
+            ) from None
+        hint = ""
+        if tls and "CERTIFICATE_VERIFY_FAILED" in str(exc):
+            hint = "; its TLS certificate is not trusted: for a private CA set FMPI_TLS_CA=/path/to/ca.pem"
+        raise RelayError(f"cannot reach Redis at {safe_url(url)}: {exc}{hint}", "unreachable") from None
+    return client
+
+
+def safe_url(url: str) -> str:
+    """The URL without its password, for messages."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    try:
+        port = parts.port or 6379
+    except ValueError:
+        port = "?"
+    return f"{parts.scheme}://{host}:{port}{parts.path}"

@@ -1,0 +1,215 @@
+"""The life of a relay's jobs: create, register ranks, publish the world, abort, fail, end; lost ranks and heartbeats.
+
+A mixin of ``RelayServer`` (``server.py``), which reads the frames and calls
+these; here is what each request or loss does to the job and who is told.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from ..ranges import describe_ranks
+from .protocol import Kind, abort_body, encode, parse_endpoint, parse_endpoints
+from .server_records import Connection, Job, Member, Refused, live_job
+
+log = logging.getLogger("fmpi.relay")
+
+
+class JobLifecycle:
+    """The jobs of a relay and what happens to them (see the module docstring)."""
+
+    jobs: dict[str, Job]
+    max_jobs: int
+    max_job_size: int
+    lost_notice_delay: float
+    heartbeat_timeout: float
+
+    def _create(self, conn: Connection, body: dict[str, Any], dso_only: bool = False) -> Job:
+        job_id, size = body["job"], 0 if dso_only else body["size"]
+        if not 0 < len(job_id) <= 128:
+            raise Refused("bad_request", "job id must be 1 to 128 characters")
+        if not dso_only and not 1 <= size <= self.max_job_size:
+            raise Refused("bad_request", f"job size must be 1 to {self.max_job_size}, not {size}")
+        if len(body["token"]) < 16:
+            raise Refused("bad_request", "job token must be at least 16 characters")
+        if job_id in self.jobs:
+            raise Refused("job_exists", f"job {job_id!r} already exists on this relay")
+        if len(self.jobs) >= self.max_jobs:
+            raise Refused("limit", f"this relay already holds {self.max_jobs} jobs")
+        job = Job(job_id, body["token"], size, time.monotonic(), conn, dso_only=dso_only)
+        self.jobs[job_id] = job
+        if dso_only:
+            conn.send(Kind.CREATED, {"job": job_id, "dso_only": True})
+            log.info("job %s created (shared objects only)", job_id)
+            return job
+        fill_timeout = float(body["fill_timeout"])
+        job.fill_timer = asyncio.get_running_loop().call_later(fill_timeout, self._fill_expired, job, fill_timeout)
+        conn.send(Kind.CREATED, {"job": job_id})
+        log.info("job %s created (%d ranks)", job_id, size)
+        return job
+
+    def _register(self, conn: Connection, body: dict[str, Any]) -> tuple[Job, Member]:
+        job = live_job(self.jobs, body)
+        if job.dso_only:
+            raise Refused("unknown_job", f"job {job.id!r} only has shared objects on this relay; ranks register at its rendezvous relay")
+        rank = body["rank"]
+        if rank == -1:  # "any free slot": ranks joined by hand need not pick one
+            missing = job.missing()
+            if not missing:
+                raise Refused("duplicate", f"job {job.id!r} is full ({job.size} ranks)")
+            rank = missing[0]
+        if not 0 <= rank < job.size:
+            raise Refused("bad_rank", f"rank {rank} is outside job {job.id!r} of {job.size} ranks")
+        if rank in job.members:
+            other = job.members[rank]
+            raise Refused(
+                "duplicate",
+                f"rank {rank} of job {job.id!r} is already registered (incarnation {other.incarnation!r}); "
+                f"this duplicate (incarnation {body['incarnation']!r}) is refused",
+            )
+        probe = parse_endpoint(body["probe"]) if body.get("probe") is not None else None
+        member = Member(rank, body["incarnation"], conn, parse_endpoints(body["endpoints"]), conn.peer, probe)
+        member.beats = body.get("heartbeat") is True
+        member.last_heard = asyncio.get_running_loop().time()
+        job.members[rank] = member
+        conn.send(Kind.REGISTERED, {"rank": rank, "size": job.size, "observed": list(conn.peer)})
+        job.watcher.send(Kind.EVENT, {"type": "joined", "rank": rank, "joined": len(job.members), "size": job.size})
+        if len(job.members) == job.size:
+            self._publish_world(job)
+        return job, member
+
+    def _publish_world(self, job: Job) -> None:
+        job.world_published = True
+        if job.fill_timer is not None:
+            job.fill_timer.cancel()
+        peers = [
+            {
+                "rank": m.rank,
+                "endpoints": [list(e) for e in m.endpoints],
+                "observed": list(m.observed),
+                "probe": list(m.probe) if m.probe else None,
+            }
+            for m in sorted(job.members.values(), key=lambda m: m.rank)
+        ]
+        world = encode(Kind.WORLD, {"size": job.size, "peers": peers})  # once: 1024 ranks make ~100 KB
+        beat = encode(Kind.HEARTBEAT, {})
+        for m in job.members.values():
+            m.conn.send_encoded(world)
+            if m.beats:
+                m.conn.send_encoded(beat)  # at once: the rank then knows this relay beats
+        job.watcher.send(Kind.EVENT, {"type": "world", "seconds": round(time.monotonic() - job.created, 6)})
+        log.info("job %s: world of %d ranks published", job.id, job.size)
+
+    def _fill_expired(self, job: Job, fill_timeout: float) -> None:
+        if job.world_published or job.over:
+            return
+        missing = job.missing()
+        message = (
+            f"the world of job {job.id!r} did not fill within {fill_timeout:g} s: {len(job.members)} of {job.size} "
+            f"ranks joined; missing ranks: {describe_ranks(missing)}"
+        )
+        self._fail(job, "fill_timeout", message, {"missing": missing})
+
+    def _abort(self, job: Job, code: int, reason: str, origin: int | None, cause: dict[str, Any] | None = None) -> None:
+        if job.over:
+            return
+        job.aborted = True
+        body = {**abort_body(code, reason, cause), "rank": origin}
+        for m in job.members.values():
+            m.conn.send(Kind.ABORT, body)
+        job.free_objects("aborted", f"job {job.id!r} was aborted: {reason}")
+        for session in job.dso_sessions:
+            session.conn.send(Kind.ABORT, body)
+        job.watcher.send(Kind.ABORT, body)
+        log.info("job %s aborted by %s: %s", job.id, "launcher" if origin is None else f"rank {origin}", reason)
+
+    def _fail(self, job: Job, code: str, message: str, extra: dict[str, Any] | None = None) -> None:
+        body = {"code": code, "message": message, **(extra or {})}
+        for m in job.members.values():
+            m.conn.send(Kind.ERROR, body)
+            m.conn.close()
+        job.watcher.send(Kind.ERROR, body)
+        self._end_job(job)
+
+    def _end_job(self, job: Job, abort_reason: str | None = None) -> None:
+        if job.over:
+            return
+        if abort_reason is not None:
+            self._abort(job, 1, abort_reason, None)
+        job.over = True
+        if job.fill_timer is not None:
+            job.fill_timer.cancel()
+        self.jobs.pop(job.id, None)
+        job.free_objects("job_over", f"job {job.id!r} ended")
+        for session in list(job.dso_sessions):
+            session.conn.send(Kind.ERROR, {"code": "job_over", "message": f"job {job.id!r} ended; its shared objects are gone"})
+            session.conn.close()
+        job.watcher.close()
+
+    def _disconnected(self, job: Job, role: Job | Member | None) -> None:
+        if isinstance(role, Job):
+            if not job.over:
+                # Without its launcher nobody collects results or ends the job:
+                # stop the ranks rather than let them wait (and bill) forever.
+                self._end_job(job, abort_reason="the launcher disconnected from the relay")
+            return
+        if not isinstance(role, Member) or job.over or job.members.get(role.rank) is not role:
+            return
+        if not job.world_published:
+            # Before the world is out, a slot whose rank went away may be taken again.
+            del job.members[role.rank]
+            job.watcher.send(Kind.EVENT, {"type": "left", "rank": role.rank, "joined": len(job.members)})
+            return
+        role.left = True
+        if role.finished is None:
+            event = {"type": "lost", "rank": role.rank}
+            if role.silent_for is not None:
+                event["silent"] = round(role.silent_for, 1)
+            job.watcher.send(Kind.EVENT, event)
+            # The others must not wait for it (a link set-up, a relayed message).
+            # After a short grace, so that a launcher that sees the process die
+            # names that as the cause (and aborts the job) before the ranks
+            # stumble on the missing peer.
+            asyncio.get_running_loop().call_later(self.lost_notice_delay, self._notify_lost, job, role)
+
+    async def _watch_heartbeats(self) -> None:
+        """Every second: beat to every rank, and cut off ranks silent for ``heartbeat_timeout``.
+
+        Cutting the connection makes the usual path run: the launcher hears
+        "lost" (with why), the other ranks PEER_LOST.
+        """
+        loop = asyncio.get_running_loop()
+        interval = min(1.0, self.heartbeat_timeout / 3)
+        last = loop.time()
+        while True:
+            await asyncio.sleep(interval)
+            now = loop.time()
+            stalled = now - last > interval + 0.5
+            last = now
+            for job in list(self.jobs.values()):
+                if job.over or job.aborted or not job.world_published:
+                    continue
+                for m in job.members.values():
+                    if m.left or m.finished is not None or m.conn.writer.is_closing():
+                        continue
+                    if stalled:
+                        # This relay was not running (a starved host): the ranks' beats of that
+                        # time may still wait unread in its sockets. Judge no one on it.
+                        m.last_heard = max(m.last_heard, now - interval)
+                    if m.beats and now - m.last_heard > self.heartbeat_timeout:
+                        silent = now - m.last_heard
+                        log.warning("job %s: rank %d silent for %.1f s; dropping it", job.id, m.rank, silent)
+                        m.silent_for = silent
+                        m.conn.writer.transport.abort()
+                    else:
+                        m.conn.send(Kind.HEARTBEAT, {})
+
+    def _notify_lost(self, job: Job, lost: Member) -> None:
+        if job.over or job.aborted:
+            return
+        for m in job.members.values():
+            if m is not lost and not m.left:
+                m.conn.send(Kind.PEER_LOST, {"rank": lost.rank})

@@ -1,0 +1,133 @@
+"""What fmpi-relay keeps per connection and per job: its connections, a job's members, the job itself.
+
+Plain records; the server (``server.py``, ``server_jobs.py``, ``server_dso.py``)
+does everything with them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from .dso import Store
+from .protocol import Kind, dso_head, encode, forward_header
+
+log = logging.getLogger("fmpi.relay")
+
+
+class Refused(Exception):
+    """A request the relay answers with ERROR and then closes the connection."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(eq=False)
+class Connection:
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    max_backlog: int
+    peer: tuple[str, int] = ("?", 0)
+
+    def _writable(self, what: str) -> bool:
+        if self.writer.is_closing():
+            return False
+        # A client that does not read its frames must not make the relay
+        # buffer without bound: drop it instead.
+        if self.writer.transport.get_write_buffer_size() > self.max_backlog:
+            log.warning("dropping %s:%s: it does not read its %s", *self.peer, what)
+            self.writer.transport.abort()
+            return False
+        return True
+
+    def send(self, kind: Kind, body: dict[str, Any] | None = None) -> None:
+        if self._writable("frames"):
+            self.writer.write(encode(kind, body))
+
+    def send_encoded(self, frame: bytes) -> None:
+        """A frame encoded once for many connections (the WORLD of a large job)."""
+        if self._writable("frames"):
+            self.writer.write(frame)
+
+    def forward(self, source: int, chunk: memoryview) -> None:
+        self.writer.writelines([forward_header(source, len(chunk)), chunk])
+
+    def send_dso(self, request: int, meta: dict[str, Any], payload: bytes | memoryview | None = None) -> None:
+        if not self._writable("replies"):
+            return
+        head = dso_head(Kind.DSO_REPLY, request, meta, len(payload) if payload is not None else 0)
+        if payload is not None and len(payload):
+            self.writer.writelines([head, payload])
+        else:
+            self.writer.write(head)
+
+    def backlog(self) -> int:
+        return self.writer.transport.get_write_buffer_size()
+
+    def close(self) -> None:
+        if not self.writer.is_closing():
+            self.writer.close()
+
+
+@dataclass(eq=False)
+class Member:
+    rank: int
+    incarnation: str
+    conn: Connection
+    endpoints: list[tuple[str, int]]
+    observed: tuple[str, int]
+    probe: tuple[str, int] | None = None
+    finished: int | None = None
+    left: bool = False  # its connection closed
+    told_undeliverable: set[int] = field(default_factory=set)
+    last_heard: float = 0.0  # loop time of its last frame
+    beats: bool = False  # it said at REGISTER that it sends heartbeats (so silence means trouble)
+    silent_for: float | None = None  # set when dropped for silence
+
+
+@dataclass(eq=False)
+class DsoSession:
+    """A DSO client connection of a job: its calls still waiting on the server."""
+
+    conn: Connection
+    pending: set[asyncio.Future] = field(default_factory=set)
+
+
+@dataclass(eq=False)
+class Job:
+    id: str
+    token: str
+    size: int
+    created: float
+    watcher: Connection
+    members: dict[int, Member] = field(default_factory=dict)
+    world_published: bool = False
+    fill_timer: asyncio.TimerHandle | None = None
+    over: bool = False
+    aborted: bool = False  # members are going away: no more PEER_LOST notices
+    dso_only: bool = False  # created by DSO_CREATE: hosts shared objects, has no rank slots
+    dso: Store | None = None  # its shared objects on this relay (made on first use)
+    dso_sessions: set[DsoSession] = field(default_factory=set)
+
+    def missing(self) -> list[int]:
+        return [r for r in range(self.size) if r not in self.members]
+
+    def free_objects(self, code: str, message: str) -> None:
+        """Fail the calls waiting on its shared objects (`code`, `message`) and drop the objects."""
+        if self.dso is not None:
+            self.dso.close(code, message)
+            self.dso = None
+
+
+def live_job(jobs: dict[str, Job], body: dict[str, Any]) -> Job:
+    """The job a REGISTER or DSO_ATTACH names, if it is still on and the token is right."""
+    job = jobs.get(body["job"])
+    if job is None or job.over:
+        raise Refused("unknown_job", f"no job {body['job']!r} on this relay (it ended, or was never created)")
+    if not hmac.compare_digest(body["token"].encode(), job.token.encode()):
+        raise Refused("auth", f"wrong token for job {job.id!r}")
+    return job

@@ -1,0 +1,272 @@
+"""Blocking waits, in which the waiting thread reads its links itself.
+
+A small message's latency is mostly thread hand-offs: if the progress thread
+reads the frame, it must then wake the thread that waits for it (a second
+context switch, and the GIL passed back and forth). So a thread that blocks
+in ``wait``/``wait_any``/``wait_all`` on operations with peers reached over
+TCP *holds* those links: the progress thread stops watching them for data
+(``ProgressLoop.pause_read``) and the waiting thread sleeps in ``poll`` on
+them and on an eventfd (the *bell*) that any other completion rings. The
+message then wakes exactly one thread, the one that wants it.
+
+Holds are sticky: a link stays held for ``HOLD_IDLE`` seconds after its last
+waiter leaves, because an iterative program waits on the same peers again a
+few microseconds later, and handing the link back and forth would cost two
+``epoll_ctl`` calls and, worse, let the progress thread grab the next
+message first. A timer on the progress thread hands idle held links back,
+so a rank that computes for a while still acknowledges, notices failures
+and drains its sockets.
+
+One thread at a time reads this way; other waiting threads sleep on the
+engine's condition, and the reader wakes them when it completes their ops.
+Reading a link is serialised with the progress thread by its stream's
+``rx_lock``.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import threading
+import time
+from typing import Callable, Iterable, Sequence
+
+from . import hang
+from .frames import FrameError
+from .link import Link, PeerClosed
+from .matching import ANY_SOURCE
+from .peers import PeerState
+from .progress import READ
+from .requests import Op, RecvOp, SendOp, TransportError
+
+# A held link goes back to the progress thread after this long without a waiter.
+HOLD_IDLE = 0.002
+_POLLIN = select.POLLIN
+
+
+class WaitingMixin:
+    """The waiting half of ``Engine`` (it uses the engine's lock, peers, loop and condition)."""
+
+    def _init_waiting(self) -> None:
+        self.waits = hang.WaitRegistry()  # what each blocked thread waits for (FMPI_TIMEOUT diagnosis)
+        self._sleepers = 0  # threads on _cond (notify_all costs microseconds: skip it when none)
+        self._reader: int | None = None  # the thread reading links while it waits
+        self._reading: tuple[Link, ...] = ()  # ... and the links it reads
+        self._reader_woken = False  # ... and whether it was rung since it last looked
+        self._reader_bell = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._held: set[Link] = set()  # links paused in the progress thread for waiting readers
+        self._hold_timer = False
+
+    # ------------------------------------------------------------ waking
+    def _notify_locked(self) -> None:
+        """Wake every waiter (lock held): those on the condition, and the thread reading links."""
+        if self._sleepers:
+            self._cond.notify_all()
+        reader = self._reader
+        if reader is not None and not self._reader_woken and reader != threading.get_ident():
+            self._reader_woken = True
+            os.eventfd_write(self._reader_bell, 1)
+
+    def _sleep(self, deadline: float | None, what: str, remaining: float | None = None) -> None:
+        """Wait on the condition (lock held; the caller checked its condition under this same hold)."""
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TransportError(f"{what} timed out", "ERR_TIMEOUT")
+        self._sleepers += 1
+        try:
+            self._cond.wait(remaining)
+        finally:
+            self._sleepers -= 1
+
+    # ------------------------------------------------------------ blocking
+    def _block(self, ready: Callable[[], bool], ops: Sequence[Op], timeout: float | None, what: str) -> None:
+        """Return once ready() holds; raises ERR_TIMEOUT after `timeout` (else FMPI_TIMEOUT) and the engine's fatal error."""
+        hang_check = timeout is None and self.options.op_timeout is not None
+        if hang_check:
+            timeout = self.options.op_timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        ident = self.waits.enter(ops) if hang_check else 0  # (only FMPI_TIMEOUT jobs are ever asked)
+        try:
+            links = self._take_links(ops)
+            if not links:
+                with self._lock:
+                    while not ready():
+                        self._check_fatal()
+                        if self._loop.stopped:
+                            raise TransportError(f"{what}: this rank's transport has stopped", "ERR_OTHER")
+                        self._sleep(deadline, what)
+                return
+            try:
+                self._read_until(ready, links, deadline, what)
+            finally:
+                self._give_back(links)
+        except TransportError as exc:
+            if hang_check and exc.error_class == "ERR_TIMEOUT":
+                raise self._hung(ops) from None
+            raise
+        finally:
+            if hang_check:
+                self.waits.leave(ident)
+
+    def _hung(self, ops: Sequence[Op]) -> TransportError:
+        """FMPI_TIMEOUT expired: have every rank print its state, then fail with our own."""
+        pending = [op for op in ops if not op.done]
+        what = "; ".join(self.waits.describe_op(op) for op in pending)
+        t = self.options.op_timeout
+        hang.report(self.rank, [f"FMPI_TIMEOUT: waited {t:g} s in {what}"])
+        if self._relay is not None:
+            with self._lock:
+                peers = [self._peer(rank) for rank in range(self.size) if rank != self.rank]
+            for peer in peers:
+                self._send_control_via_relay(peer, "diagnose")
+            time.sleep(hang.ANSWER_GRACE)  # (their lines reach the launcher before our failure ends the job)
+        return TransportError(
+            f"{what} did not complete within FMPI_TIMEOUT={t:g} s (every rank's state is printed above)", "ERR_TIMEOUT"
+        )
+
+    def _take_links(self, ops: Sequence[Op]) -> tuple[Link, ...]:
+        """Hold the TCP links the pending `ops` wait on, for this thread to read ((): sleep on the condition)."""
+        with self._lock:
+            if self._reader is not None or self._fatal is not None or self._loop.stopped:
+                return ()
+            ranks: Iterable[int]
+            if len(ops) == 1 and isinstance(ops[0], RecvOp) and ops[0].source != ANY_SOURCE:
+                ranks = (ops[0].source,)  # the common case, a blocking receive
+            else:
+                ranks = set()
+                for op in ops:
+                    if op.done:
+                        continue
+                    if isinstance(op, RecvOp):
+                        if op.source == ANY_SOURCE:
+                            ranks.update(self._peers)
+                        else:
+                            ranks.add(op.source)
+                    elif isinstance(op, SendOp):
+                        ranks.add(op.dest)
+            taken = []
+            for rank in ranks:
+                peer = self._peers.get(rank)
+                if peer is None or peer.state is not PeerState.LINKED or peer.link is None:
+                    continue
+                link = peer.link
+                if link not in self._held:
+                    if link.retired or not self._loop.pause_read(link.sock):
+                        continue
+                    self._held.add(link)
+                    if not self._hold_timer:
+                        self._hold_timer = True
+                        self._loop.call_later(HOLD_IDLE, self._release_idle)
+                taken.append(link)
+            if taken:
+                self._reader = threading.get_ident()
+                self._reading = tuple(taken)
+                self._reader_woken = False
+            return tuple(taken)
+
+    def _give_back(self, links: tuple[Link, ...]) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if self._reader_woken:
+                # Drained under the lock: once we let go, the next reader's rings are its own.
+                try:
+                    os.eventfd_read(self._reader_bell)
+                except BlockingIOError:
+                    pass
+            self._reader = None
+            self._reading = ()
+            for link in links:
+                link.idle_since = now
+        for link in links:
+            stream = self._peers[link.peer].stream
+            if stream.recv_next > stream.acked_out and not stream.ack_timer:
+                self._ack(link.peer, from_timer=False)  # arm the delayed ACK for what we read
+
+    def _release_idle(self) -> None:
+        """Progress thread: hand back held links no thread has waited on for HOLD_IDLE."""
+        now = time.monotonic()
+        with self._lock:
+            for link in list(self._held):
+                if link.retired:
+                    self._held.discard(link)
+                elif link not in self._reading and now - link.idle_since >= HOLD_IDLE:
+                    self._held.discard(link)
+                    self._loop.resume_read(link.sock)
+            if self._held:
+                self._loop.call_later(HOLD_IDLE, self._release_idle)
+            else:
+                self._hold_timer = False
+
+    def _read_until(self, ready: Callable[[], bool], links: tuple[Link, ...], deadline: float | None, what: str) -> None:
+        bell = self._reader_bell
+        if len(links) == 1:
+            poller, watched = links[0].wait_poller(bell)
+        else:
+            poller, watched = select.poll(), {}
+            poller.register(bell, _POLLIN)
+            for link in links:
+                fd = link.fileno()
+                if fd >= 0:  # (-1: closed just now; the progress thread takes it from here)
+                    poller.register(fd, _POLLIN)
+                    watched[fd] = link
+        ms = None
+        while True:
+            if ready():
+                return
+            with self._lock:
+                if ready():
+                    return
+                self._check_fatal()
+                if self._loop.stopped:
+                    raise TransportError(f"{what}: this rank's transport has stopped", "ERR_OTHER")
+                self._reader_woken = False
+                for fd in [fd for fd, link in watched.items() if link.retired or link.read_failure is not None]:
+                    # The link went to the progress thread (failover, failure): from
+                    # now on it delivers what this pair sends, and rings the bell.
+                    del watched[fd]
+                    _forget(poller, fd)
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TransportError(f"{what} timed out", "ERR_TIMEOUT")
+                ms = max(1, int(remaining * 1000 + 1))
+            for fd, _event in poller.poll(ms):
+                link = watched.get(fd)
+                if link is not None:
+                    self.read_link_here(link)
+                elif fd == bell:
+                    try:
+                        os.eventfd_read(bell)
+                    except BlockingIOError:
+                        pass
+                else:
+                    _forget(poller, fd)  # a link we no longer read (closed under us)
+
+    def read_link_here(self, link: Link) -> None:
+        """Read what `link` has on the calling (waiting) thread; failures go to the progress thread."""
+        with self._peers[link.peer].stream.rx_lock:
+            if link.retired or link.read_failure is not None:
+                return
+            try:
+                link.on_readable()
+            except (PeerClosed, OSError, FrameError) as exc:
+                link.read_failure = exc
+        if link.read_failure is not None:
+            self._loop.call_soon(lambda: self._on_link_event(link, READ))
+        elif self._peers[link.peer].stream.ack_due() == "now":
+            self._ack(link.peer, from_timer=False)
+
+    def _close_bell(self) -> None:
+        """The loop stopped: close the bell unless a reader still polls it (it then dies with the process)."""
+        with self._lock:
+            if self._reader is None and self._reader_bell >= 0:
+                os.close(self._reader_bell)
+                self._reader_bell = -1
+
+
+def _forget(poller: "select.poll", fd: int) -> None:
+    try:
+        poller.unregister(fd)
+    except (KeyError, ValueError):
+        pass

@@ -1,0 +1,180 @@
+"""``--relay redis://`` on a real Redis Cluster (the module's ``redis_cluster``: three masters and a spare
+master that serves no slot).
+
+fmpi finds the node serving the job's slot (all of a job's keys carry one
+hash tag) and talks to it with the plain client paths. Whole jobs pointed at
+the spare are always redirected; each must give the direct run's results,
+run its scripts on exactly one master (the slot's owner), and leave no
+``fmpi:*`` key on any node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fmpi.relay import redis_connect
+from fmpi.relay.client import RelayError
+from fmpi.relay.redis_collectives import RedisCollectives
+from fmpi.relay.redis_rendezvous import RedisJob, RedisRank, connect
+from tests_support import fmpirun_argv, free_port, verdict
+
+TESTS = Path(__file__).resolve().parents[1]
+PROGRAMS = TESTS / "collectives" / "programs"
+P2P = TESTS / "p2p" / "p2p_semantics.py"
+
+_direct: dict[tuple[str, int], list[str]] = {}
+
+
+def fmpirun(n: int, program: Path, *args: str, relay: str | None = None, channel: str = "relay", timeout: float = 300):
+    extra = [*(["--relay", relay] if relay else []), "--channel", channel]
+    return subprocess.run(
+        fmpirun_argv("-n", str(n), *extra, sys.executable, str(program), *args),
+        capture_output=True, text=True, timeout=timeout, cwd=str(program.parent), env=dict(os.environ),
+    )
+
+
+def results(program: Path, n: int, tmp_path: Path, label: str, *args: str, **kw) -> list[str]:
+    out = tmp_path / label
+    out.mkdir()
+    done = fmpirun(n, program, *args, str(out), **kw)
+    assert done.returncode == 0, f"{program.name} -n {n} {label}: exit {done.returncode}\n{done.stderr[-4000:]}"
+    lines = sorted(line for f in out.glob("rank*.txt") for line in f.read_text().splitlines())
+    assert len(lines) >= 5 * n, f"{label}: only {len(lines)} result lines"
+    return lines
+
+
+def direct(program: Path, n: int, tmp_path: Path, *args: str) -> list[str]:
+    key = (program.name, n)
+    if key not in _direct:
+        _direct[key] = results(program, n, tmp_path, "direct", *args, channel="direct")
+    return _direct[key]
+
+
+def job_on_another_node(cluster, port: int) -> str:
+    """A job id whose keys' slot is not served by `port`."""
+    for i in range(1000):
+        job = f"jcluster{i}"
+        if cluster.owner(f"fmpi:{{{job}}}:meta") != port:
+            return job
+    raise AssertionError("every job id hashed to one node")
+
+
+def scripts_ran_on_one_master(cluster, before: dict[int, int]) -> int:
+    """The port of the only node whose EVALSHA count grew since `before` (never the spare)."""
+    grew = [p for p, calls in cluster.evalsha_calls().items() if calls > before[p]]
+    assert len(grew) == 1 and grew[0] != cluster.spare, f"scripts ran on {grew} (spare {cluster.spare})"
+    return grew[0]
+
+
+# ------------------------------------------------------------- connecting
+@pytest.mark.parametrize("which", [0, 1, 2, 3])
+def test_connect_lands_on_the_node_serving_the_job(redis_cluster, which):
+    cluster = redis_cluster
+    port = cluster.ports[which]
+    job = job_on_another_node(cluster, port)
+    owner = cluster.owner(f"fmpi:{{{job}}}:meta")
+    client = connect(cluster.url(port), job=job)
+    try:
+        assert client.connection_pool.connection_kwargs["port"] == owner
+        client.set(f"fmpi:{{{job}}}:probe", b"x", ex=5)  # a keyed command: no MOVED
+        client.delete(f"fmpi:{{{job}}}:probe")
+    finally:
+        client.close()
+    # The rank's registration connection: bound to its shared port, on the owner, seen from that port.
+    shared = free_port()
+    bound = connect(cluster.url(port), source=("127.0.0.1", shared), job=job)
+    try:
+        assert bound.connection_pool.connection_kwargs["port"] == owner
+        assert bound.client_info()["addr"] == f"127.0.0.1:{shared}"
+    finally:
+        bound.close()
+
+
+def test_rendezvous_through_a_node_that_does_not_own_the_job(redis_cluster):
+    cluster = redis_cluster
+    job = job_on_another_node(cluster, cluster.spare)
+    url = cluster.url(cluster.spare)
+    events: list[str] = []
+    launcher = RedisJob(url, job, "tok", 2, 30, lambda kind, body: events.append(kind))
+    ranks = [RedisRank(url, job, "tok", source=("127.0.0.1", free_port())) for _ in range(2)]
+    try:
+        for i, member in enumerate(ranks):
+            assert member.register(-1, f"inc{i}", [("127.0.0.1", 1000 + i)]) == (i, 2)
+        world = ranks[1].wait_world(time.monotonic() + 10)
+        assert [p.rank for p in world] == [0, 1]
+        assert world[0].observed[0] == "127.0.0.1"
+        assert cluster.fmpi_keys().keys() == {cluster.owner(f"fmpi:{{{job}}}:meta")}
+    finally:
+        for member in ranks:
+            member.close()
+        launcher.end()
+    assert cluster.fmpi_keys() == {}
+
+
+def test_a_db_other_than_0_is_refused(redis_cluster):
+    with pytest.raises(RelayError, match=r"is a Redis Cluster, which has only db 0: use redis://127\.0\.0\.1:\d+/0") as info:
+        connect(redis_cluster.url(redis_cluster.ports[0], db=3), job="jdb")
+    assert info.value.code == "bad_url"
+    assert redis_cluster.password not in str(info.value)
+
+
+def test_a_moved_slot_is_a_clear_error(redis_cluster, monkeypatch):
+    """Talking to a node that no longer serves the job's slot (as after a resharding) fails with a clear error."""
+    cluster = redis_cluster
+    job = job_on_another_node(cluster, cluster.spare)
+    url = cluster.url(cluster.spare)
+    monkeypatch.setitem(redis_connect._job_nodes, (url, job), url)  # as if the slot had been on the spare
+    coll = RedisCollectives(url, job)
+    try:
+        with pytest.raises(RelayError, match=r"the job's Redis Cluster slot \d+ moved to 127\.0\.0\.1:\d+ while the job ran") as info:
+            coll.barrier("w", 0, 0, 1)
+        assert info.value.code == "moved"
+    finally:
+        coll.close()
+
+
+# ------------------------------------------------------------- whole jobs
+@pytest.mark.parametrize("node", ["spare", "first"])
+def test_collectives_job_matches_the_direct_run(redis_cluster, tmp_path, node):
+    cluster = redis_cluster
+    port = cluster.spare if node == "spare" else cluster.ports[0]
+    program = PROGRAMS / "diff_uppercase.py"
+    ref = direct(program, 4, tmp_path)
+    before = cluster.evalsha_calls()
+    assert results(program, 4, tmp_path, f"cluster-{node}", relay=cluster.url(port)) == ref
+    scripts_ran_on_one_master(cluster, before)
+    assert cluster.fmpi_keys() == {}
+
+
+def test_p2p_job_matches_the_direct_run(redis_cluster, tmp_path):
+    cluster = redis_cluster
+    nbytes = str(3 << 20)  # a dozen 256 KiB chunks per message through the owner's mailboxes, in order
+    ref = direct(P2P, 4, tmp_path, nbytes)
+    before = cluster.evalsha_calls()
+    ours = results(P2P, 4, tmp_path, "cluster", nbytes, relay=cluster.url(cluster.spare))
+    assert ours == ref
+    owner = scripts_ran_on_one_master(cluster, before)
+    assert cluster.evalsha_calls()[owner] - before[owner] > 16, "the frames did not go through Redis"
+    assert cluster.fmpi_keys() == {}
+
+
+def test_server_side_collectives_on_the_cluster(redis_cluster):
+    cluster = redis_cluster
+    before = cluster.evalsha_calls()
+    done = fmpirun(4, PROGRAMS / "check_server_side.py", relay=cluster.url(cluster.spare))
+    verdict(done, "check_server_side -n 4 on a Redis Cluster")
+    calls = {int(m.group(1)): json.loads(m.group(2)) for m in re.finditer(r"^SERVER (\d+) (.*)$", done.stdout, re.MULTILINE)}
+    assert sorted(calls) == [0, 1, 2, 3], done.stdout[-2000:]
+    for r, c in calls.items():
+        assert c.get("allreduce", 0) >= 15 and c.get("barrier", 0) >= 2, f"rank {r} did not use the server: {c}"
+    owner = scripts_ran_on_one_master(cluster, before)
+    assert cluster.evalsha_calls()[owner] - before[owner] >= sum(c["allreduce"] + c["barrier"] for c in calls.values())
+    assert cluster.fmpi_keys() == {}

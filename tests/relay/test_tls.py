@@ -1,0 +1,264 @@
+"""fmpi-relay over TLS: real relay processes with a certificate made here, real fmpirun jobs.
+
+A private CA and a relay certificate (for 127.0.0.1 and localhost) are made
+with `cryptography`; ranks and the launcher trust the CA through FMPI_TLS_CA.
+Checks: whole jobs through the TLS relay (FMPI_CHANNEL=relay, so every byte
+of data crosses it encrypted, and auto); a client that does not trust the CA
+is refused with a message that says so; plain TCP clients, silent clients
+and clients that stall in the handshake get a clean error or are cut off,
+and the relay keeps serving.
+"""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import os
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fmpi.relay.client import RelayConnection, RelayError, register, wait_world
+from fmpi.relay.protocol import Kind, encode
+from tests_support import RelayProcess, fmpirun_argv
+
+TOKEN = "t" * 24
+
+
+def _make_pki(directory: Path) -> dict[str, Path]:
+    """A CA, a relay certificate it signed (SAN 127.0.0.1, localhost), and an unrelated CA."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def name(cn: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+    def ca(cn: str):
+        key = ec.generate_private_key(ec.SECP256R1())
+        cert = (
+            x509.CertificateBuilder().subject_name(name(cn)).issuer_name(name(cn)).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+            .sign(key, hashes.SHA256())
+        )
+        return key, cert
+
+    ca_key, ca_cert = ca("fmpi test CA")
+    _, other_cert = ca("some other CA")
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder().subject_name(name("fmpi-relay")).issuer_name(ca_cert.subject).public_key(key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    paths = {name: directory / f"{name}.pem" for name in ("ca", "other_ca", "cert", "key")}
+    paths["ca"].write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    paths["other_ca"].write_bytes(other_cert.public_bytes(serialization.Encoding.PEM))
+    paths["cert"].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    paths["key"].write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return paths
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    pytest.importorskip("cryptography")
+    return _make_pki(tmp_path_factory.mktemp("pki"))
+
+
+class TlsRelay(RelayProcess):
+    """A real `fmpi-relay --tls-cert ... --tls-key ...` on a free port; ``stop()`` returns its stderr."""
+
+    def __init__(self, pki: dict[str, Path], *args: str) -> None:
+        super().__init__("--tls-cert", str(pki["cert"]), "--tls-key", str(pki["key"]), *args, scheme="tls", keep_stderr=True)
+
+
+@pytest.fixture
+def tls_relay(pki):
+    started: list[TlsRelay] = []
+
+    def start(*args: str) -> TlsRelay:
+        started.append(TlsRelay(pki, *args))
+        return started[-1]
+
+    yield start
+    for r in started:
+        r.stop()
+
+
+@pytest.fixture
+def trust(pki, monkeypatch):
+    """This test process trusts the test CA (as FMPI_TLS_CA)."""
+    monkeypatch.setenv("FMPI_TLS_CA", str(pki["ca"]))
+    return str(pki["ca"])
+
+
+JOB = """
+import zlib
+import numpy as np
+from mpi4py import MPI
+c = MPI.COMM_WORLD
+r, n = c.rank, c.size
+x = np.arange(300_000, dtype=np.float64) * (r + 1)   # 2.4 MB: many FORWARD chunks, many TLS records
+total = c.allreduce(x, op=MPI.SUM)
+assert np.array_equal(total, np.arange(300_000, dtype=np.float64) * (n * (n + 1) // 2))
+c.Bcast(x, root=0)
+assert np.array_equal(x, np.arange(300_000, dtype=np.float64))
+got = c.alltoall([bytes([r]) * (1000 * (d + 1)) for d in range(n)])
+assert got == [bytes([s]) * (1000 * (r + 1)) for s in range(n)]
+for i in range(200):  # many small messages each way
+    c.send(i, dest=(r + 1) % n)
+    assert c.recv(source=(r - 1) % n) == i
+c.barrier()
+print(f"rank {r} ok {zlib.crc32(total.tobytes())}")
+"""
+
+
+def _run_job(tmp_path: Path, url: str, channel: str, n: int = 3, env_extra: dict | None = None, timeout: float = 120):
+    prog = tmp_path / "tls_job.py"
+    prog.write_text(JOB)
+    env = dict(os.environ, FMPI_CHANNEL=channel, OPENBLAS_NUM_THREADS="1", **(env_extra or {}))
+    return subprocess.run(
+        fmpirun_argv("-n", str(n), "--relay", url, sys.executable, str(prog)),
+        capture_output=True, text=True, timeout=timeout, env=env,
+    )
+
+
+@pytest.mark.parametrize("channel, linkword", [("relay", "3 relayed"), ("auto", "0 relayed")])
+def test_a_whole_job_through_a_tls_relay(tls_relay, pki, tmp_path, channel, linkword):
+    relay = tls_relay()
+    result = _run_job(tmp_path, relay.url, channel, env_extra={"FMPI_TLS_CA": str(pki["ca"])})
+    assert result.returncode == 0, result.stderr
+    lines = sorted(result.stdout.splitlines())
+    assert [l.split()[:3] for l in lines] == [["rank", str(r), "ok"] for r in range(3)], result.stdout
+    assert len({l.split()[3] for l in lines}) == 1
+    assert linkword in result.stderr, result.stderr  # the links line: relayed through the TLS relay, or direct
+
+
+def test_tls_rank_connections_are_encrypted(tls_relay, trust):
+    """What the rank hands to its transport is a TLS socket (the data path of a relayed link)."""
+    relay = tls_relay()
+    watcher = RelayConnection(relay.url)
+    watcher.send(Kind.CREATE, {"job": "enc", "token": TOKEN, "size": 1, "fill_timeout": 10})
+    watcher.expect(Kind.CREATED, 10)
+    rank = RelayConnection(relay.url)
+    assert isinstance(rank.sock, ssl.SSLSocket) and rank.sock.version() in ("TLSv1.2", "TLSv1.3")
+    register(rank, "enc", TOKEN, 0, "inc", [("127.0.0.1", 1)], 10)
+    assert [p.rank for p in wait_world(rank, time.monotonic() + 10)] == [0]
+    rank.close()
+    watcher.close()
+
+
+def test_a_client_that_does_not_trust_the_certificate_is_refused(tls_relay, pki, tmp_path, monkeypatch):
+    relay = tls_relay()
+    monkeypatch.delenv("FMPI_TLS_CA", raising=False)
+    with pytest.raises(RelayError, match=r"TLS certificate is not trusted \(.*\); if it is signed by a private CA, set FMPI_TLS_CA="):
+        RelayConnection(relay.url)
+    monkeypatch.setenv("FMPI_TLS_CA", str(pki["other_ca"]))
+    with pytest.raises(RelayError, match="TLS certificate is not trusted .*not signed by the CA in FMPI_TLS_CA"):
+        RelayConnection(relay.url)
+    # the whole launcher says so, and fails at once
+    t0 = time.monotonic()
+    result = _run_job(tmp_path, relay.url, "auto", env_extra={"FMPI_TLS_CA": str(pki["other_ca"])}, timeout=60)
+    assert result.returncode != 0
+    assert "fmpirun: error: cannot reach the relay at " + relay.url in result.stderr, result.stderr
+    assert "TLS certificate is not trusted" in result.stderr
+    assert time.monotonic() - t0 < 20
+    # the certificate must also name the host connected to (not only chain to the CA)
+    from fmpi.relay.client import tls_client_context
+
+    context = tls_client_context()
+    assert context.check_hostname and context.verify_mode == ssl.CERT_REQUIRED
+
+
+def test_plain_tcp_clients_get_a_clean_error_and_the_relay_keeps_serving(tls_relay, trust):
+    relay = tls_relay()
+    host, port = relay.address
+    plain_url = f"tcp://{host}:{port}"
+    # the fmpi client speaking plain TCP to the TLS port: told to use tls://
+    conn = RelayConnection(plain_url)
+    conn.send(Kind.CREATE, {"job": "p", "token": TOKEN, "size": 1, "fill_timeout": 5})
+    with pytest.raises(RelayError) as info:
+        conn.recv(10)
+    # (the relay's TLS layer drops a non-TLS client without an alert)
+    assert f"the relay at {plain_url} closed the connection without answering" in str(info.value)
+    assert f"if it serves TLS (fmpi-relay --tls-cert), use tls://{host}:{port}" in str(info.value)
+    conn.close()
+    # raw garbage, half a frame, and a client that never speaks
+    garbage = socket.create_connection(relay.address, timeout=5)
+    garbage.sendall(b"\x00" * 64)
+    half = socket.create_connection(relay.address, timeout=5)
+    half.sendall(encode(Kind.CREATE, {"job": "h"})[:5])
+    # a TLS client (the relay's own kind) still gets served meanwhile
+    watcher = RelayConnection(relay.url)
+    watcher.send(Kind.CREATE, {"job": "ok", "token": TOKEN, "size": 1, "fill_timeout": 10})
+    watcher.expect(Kind.CREATED, 10)
+    rank = RelayConnection(relay.url)
+    register(rank, "ok", TOKEN, 0, "i", [("127.0.0.1", 1)], 10)
+    assert len(wait_world(rank, time.monotonic() + 10)) == 1
+    for s in (garbage, half):
+        s.settimeout(10)
+        try:
+            assert s.recv(4096) is not None  # closed or an alert: either way it ends
+        except OSError:
+            pass
+        s.close()
+    rank.close()
+    watcher.close()
+    assert relay.proc.poll() is None
+
+
+def test_clients_stalled_in_the_tls_handshake_are_cut_off_without_blocking_others(pki, trust):
+    """Slow loris at the TLS layer: half a ClientHello, then silence. The handshake timeout (here 1 s) ends it."""
+    from fmpi.relay.server import RelayThread, server_tls_context
+
+    relay = RelayThread("127.0.0.1", 0, first_frame_timeout=1.0, probe_port=None,
+                        ssl_context=server_tls_context(str(pki["cert"]), str(pki["key"])))
+    try:
+        url = "tls://127.0.0.1:{}".format(relay.address[1])
+        stalled = []
+        for _ in range(5):
+            s = socket.create_connection(relay.address, timeout=5)
+            s.sendall(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03")  # a TLS handshake record header, then nothing
+            stalled.append(s)
+        t0 = time.monotonic()
+        watcher = RelayConnection(url, timeout=5)
+        watcher.send(Kind.CREATE, {"job": "busy", "token": TOKEN, "size": 1, "fill_timeout": 10})
+        watcher.expect(Kind.CREATED, 5)
+        assert time.monotonic() - t0 < 1.0  # not queued behind the stalled handshakes
+        for s in stalled:
+            s.settimeout(5)
+            try:
+                while s.recv(4096):
+                    pass
+            except OSError:
+                pass  # reset: also an end
+            s.close()
+        assert time.monotonic() - t0 < 4.0  # each was cut after about 1 s
+        # and a TLS client that completes the handshake but never sends a frame gets the first-frame timeout
+        quiet = RelayConnection(url, timeout=5)
+        with pytest.raises(RelayError) as info:
+            quiet.recv(5)
+        assert info.value.code == "timeout"
+        quiet.close()
+        watcher.close()
+    finally:
+        relay.stop()
