@@ -9,6 +9,7 @@ from ..relay.redis_connect import is_redis_url
 
 if TYPE_CHECKING:
     from ..relay.dso_client import DsoHost
+    from .job import log
     from .job import Job
 
 
@@ -19,6 +20,7 @@ def host_objects(job: Job, relay_url: str) -> DsoHost | None:
     if is_redis_url(relay_url) or len(relay_addresses(relay_url)) < 2:
         return None
     from ..relay.dso_client import DsoHost
+    from .job import log
 
     first = "tcp://{}:{}".format(*relay_addresses(relay_url)[0])
-    return DsoHost(relay_url, job.id, job.token, skip=[first])
+    return DsoHost(relay_url, job.id, job.token, skip=[first], on_event=log)

@@ -28,12 +28,14 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .client import RelayConnection, RelayError, parse_relay_url, relay_scheme
+from .client import Aborted, RelayConnection, RelayError, parse_relay_url, relay_scheme
 from .dso_connection import NodeConnection, Pending, SharedObjectError
 from .hash_ring import HashRing
 from .protocol import Kind, encode
 
 GRACE = 2.0  # how much longer than the server's timeout a client waits for the server's answer
+# What a restarting node answers until it is back and hosts the job again.
+_NODE_COMING_BACK = frozenset({"unreachable", "unknown_job", "lost", "timeout"})
 
 
 def parse_relay_urls(spec: str | Sequence[str]) -> list[tuple[str, int]]:
@@ -92,6 +94,9 @@ class DsoClient:
         self.ring = HashRing(list(self._by_key), vnodes)
         self._nodes: dict[str, NodeConnection] = {}
         self._lock = threading.Lock()
+        self._reconnecting = threading.Lock()
+        self._gone: dict[str, SharedObjectError] = {}  # nodes that did not come back
+        self.on_new_connection: Callable[[], None] | None = None  # called after a node connection is made
 
     # ------------------------------------------------------------- plumbing
     def node_of(self, name: str) -> str:
@@ -106,7 +111,54 @@ class DsoClient:
                 node = self._nodes.get(key)
                 if node is None:
                     node = self._nodes[key] = NodeConnection(*self._by_key[key], self.job, self._token, self.connect_timeout, self.scheme)
+            self._changed()
         return node
+
+    def reconnect(self, key: str, within: float, lost: NodeConnection | None = None) -> bool:
+        """Replace the lost connection to node `key` ("host:port"); whether this call replaced it.
+
+        `lost`: the connection found lost (default: the current one, if it
+        died); if another thread replaced it already, nothing is done. A node
+        that restarted knows nothing of the job until the launcher hosts it
+        there again (``DsoHost``), and answers 'unknown_job' till then: this
+        tries again until `within` seconds have passed, then gives up on the
+        node for good.
+        """
+        with self._reconnecting:
+            if key in self._gone:
+                raise self._gone[key]
+            current = self._nodes.get(key)
+            if lost is None:
+                lost = current if current is not None and current.dead is not None else None
+            if lost is None or current is not lost:
+                return False
+            url = f"{self.scheme}://{key}"
+            lost.fail(SharedObjectError("lost the connection (did the node restart?)", "lost", url))
+            deadline = time.monotonic() + within
+            while True:
+                try:
+                    node = NodeConnection(*self._by_key[key], self.job, self._token, self.connect_timeout, self.scheme)
+                    break
+                except RelayError as exc:
+                    if exc.code not in _NODE_COMING_BACK or time.monotonic() >= deadline:
+                        self._gone[key] = SharedObjectError(
+                            f"lost relay node {url}, and it did not come back within {within:g} s ({exc})", "lost"
+                        )
+                        raise self._gone[key] from None
+                    time.sleep(0.1)
+            with self._lock:
+                self._nodes[key] = node
+            self._changed()
+            return True
+
+    def connections(self) -> dict[str, NodeConnection]:
+        """Node ("host:port") -> its current connection, for the nodes connected so far."""
+        with self._lock:
+            return dict(self._nodes)
+
+    def _changed(self) -> None:
+        if self.on_new_connection is not None:
+            self.on_new_connection()
 
     def connect_all(self) -> None:
         """Attach to every node now (fails fast, naming a relay that cannot be reached)."""
@@ -346,37 +398,96 @@ class DsoHost:
     The relay a job was CREATEd on hosts its objects already; every other
     node gets a DSO_CREATE. The objects live while this host's connections
     are open: ``end()`` (or losing the connection) frees them, ``abort()``
-    fails every waiting call.
+    fails every waiting call. A node that restarts is hosted again as soon
+    as it is back (its objects start empty: the ranks' collectives replay
+    what they need, see ``dso_collectives``); `on_event` hears about it.
     """
 
-    def __init__(self, relays: str | Sequence[str], job: str, token: str, *, skip: Sequence[str] = (), timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        relays: str | Sequence[str],
+        job: str,
+        token: str,
+        *,
+        skip: Sequence[str] = (),
+        timeout: float = 10.0,
+        on_event: Callable[[str], None] | None = None,
+    ) -> None:
         skipped = {parse_relay_url(s) for s in skip}
-        self.job = job
-        self.conns: list[RelayConnection] = []
+        scheme = _scheme_of(relays)
+        self.job, self._token, self._timeout = job, token, timeout
+        self._on_event = on_event or (lambda _message: None)
+        self._lock = threading.Lock()
+        self._closed = False
+        self.conns: dict[str, RelayConnection] = {}
         try:
             for host, port in parse_relay_urls(relays):
-                if (host, port) in skipped:
-                    continue
-                conn = RelayConnection(f"{_scheme_of(relays)}://{host}:{port}", timeout=timeout)
-                self.conns.append(conn)
-                conn.send(Kind.DSO_CREATE, {"job": job, "token": token})
-                try:
-                    conn.expect(Kind.CREATED, timeout)
-                except socket.timeout:
-                    raise RelayError(f"the relay at {conn.url} did not answer DSO_CREATE in time", "timeout") from None
+                if (host, port) not in skipped:
+                    url = f"{scheme}://{host}:{port}"
+                    self.conns[url] = self._host(url)
         except BaseException:
             self.close()
             raise
+        for url in self.conns:
+            threading.Thread(target=self._keep, args=(url,), name="fmpi-dso-host", daemon=True).start()
+
+    def _host(self, url: str) -> RelayConnection:
+        conn = RelayConnection(url, timeout=self._timeout)
+        try:
+            conn.send(Kind.DSO_CREATE, {"job": self.job, "token": self._token})
+            conn.expect(Kind.CREATED, self._timeout)
+        except socket.timeout:
+            conn.close()
+            raise RelayError(f"the relay at {url} did not answer DSO_CREATE in time", "timeout") from None
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _keep(self, url: str) -> None:
+        """Follow one node's connection; when the node restarts, host the job there again once it is back."""
+        while True:
+            with self._lock:
+                conn = self.conns.get(url)
+            if conn is None:
+                return  # closed
+            try:
+                while True:
+                    conn.recv(timeout=None)  # (nothing it sends matters here)
+            except Aborted:
+                return  # the ranks hear it too; the job is over
+            except (RelayError, OSError):
+                pass
+            if self._closed:
+                return
+            self._on_event(f"lost relay node {url}; hosting job {self.job} there again when it is back")
+            while not self._closed:
+                try:
+                    conn = self._host(url)
+                except (RelayError, OSError):
+                    time.sleep(0.1)
+                    continue
+                with self._lock:
+                    if self._closed:
+                        conn.close()
+                        return
+                    self.conns[url] = conn
+                self._on_event(f"relay node {url} is back and hosts job {self.job} again")
+                break
+
+    def _each(self) -> list[RelayConnection]:
+        with self._lock:
+            return list(self.conns.values())
 
     def abort(self, reason: str = "aborted", code: int = 1) -> None:
-        for conn in self.conns:
+        for conn in self._each():
             try:
                 conn.sock.sendall(encode(Kind.ABORT, {"code": code, "reason": reason}))
             except OSError:
                 pass
 
     def end(self) -> None:
-        for conn in self.conns:
+        for conn in self._each():
             try:
                 conn.sock.sendall(encode(Kind.END, {"job": self.job}))
             except OSError:
@@ -384,9 +495,15 @@ class DsoHost:
         self.close()
 
     def close(self) -> None:
-        for conn in self.conns:
+        with self._lock:
+            self._closed = True
+            conns, self.conns = list(self.conns.values()), {}
+        for conn in conns:
+            try:
+                conn.sock.shutdown(socket.SHUT_RDWR)  # (wakes the thread that follows it)
+            except OSError:
+                pass
             conn.close()
-        self.conns = []
 
     def __enter__(self) -> "DsoHost":
         return self

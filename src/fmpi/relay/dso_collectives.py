@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from .dso_client import DsoClient
 from .client import RelayError
-from .dso_connection import Pending, SharedObjectTimeout
+from .dso_connection import NodeConnection, Pending, SharedObjectError, SharedObjectTimeout
+from .dso_hangups import HangupWatch
 
 
 class DsoCollectives:
@@ -23,27 +25,126 @@ class DsoCollectives:
     `timeout` is repeated: a repeated arrival or contribution counts once and
     gets the result, so a rank may wait at a barrier as long as it must.
 
+    A node that restarts mid-job comes back empty. Every call here is
+    idempotent, so a rank whose connection to it was lost reconnects (the
+    launcher hosts the job there again, ``DsoHost``), replays the last call
+    it completed on each object of that node, and repeats the call it was
+    in: a round that completed just before the restart, but whose result
+    some rank never received, completes again from the replays, and nothing
+    is counted twice. The replays need each object's last contribution, so
+    with several nodes a rank keeps a copy of it (with one node there is no
+    restart to survive: it holds the job itself). `recover_within` bounds the
+    wait for a node to come back.
+
     The client connects on first use: creating this costs nothing.
     """
 
     kind = "dso"
     errors = (RelayError, OSError)  # (what collectives/server_side turns into MPI errors)
 
-    def __init__(self, relays: str | Sequence[str], job: str, token: str, *, piece: int = 4 << 20, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        relays: str | Sequence[str],
+        job: str,
+        token: str,
+        *,
+        piece: int = 4 << 20,
+        timeout: float = 30.0,
+        recover_within: float = 30.0,
+    ) -> None:
         self.client = DsoClient(relays, job, token, timeout=timeout)
         self.where = ",".join(f"{self.client.scheme}://{h}:{p}" for h, p in self.client.addresses)
         self.piece = piece
+        self.recover_within = recover_within
         self.calls: dict[str, int] = {}
+        # object name -> [its last call this rank completed, its call in flight], as calls to replay
+        # (None: one node, nothing to replay; see _recover)
+        self._journal: dict[str, list[Callable[[], Pending] | None]] | None = {} if len(self.client.addresses) > 1 else None
+        self._journal_lock = threading.Lock()
+        self._hangups: HangupWatch | None = None  # (started with the first call, with several nodes)
 
-    def _patiently(self, start: Callable[[], Pending]) -> Any:
+    def _finish(self, name: str, start: Callable[[], Pending], pending: Pending | None = None) -> Any:
+        """Wait for the call `start` makes (or made: `pending`), repeating it while the server times it out or its node restarts."""
         while True:
             try:
-                return start().result()
+                return (pending or start()).result()
             except SharedObjectTimeout:
-                continue  # the server gave up waiting, not the job: arrive again (idempotent)
+                pass  # the server gave up waiting, not the job: arrive again (idempotent)
+            except SharedObjectError as exc:
+                if exc.code != "lost" or self._journal is None:
+                    raise
+                self._recover(self.client.ring.node(name))
+            pending = None
 
+    def _try(self, start: Callable[[], Pending]) -> Pending | None:
+        """Start a call; None if its node's connection is lost (``_finish`` recovers and starts it again)."""
+        try:
+            return start()
+        except SharedObjectError as exc:
+            if exc.code != "lost" or self._journal is None:
+                raise
+            return None
+
+    # ---------------------------------------------------- node restarts
+    def _begin(self, name: str, replay: Callable[[], Pending]) -> None:
+        """A call on `name` starts; `replay` repeats it."""
+        if self._journal is None:
+            return
+        if self._hangups is None:
+            self._watch_hangups()
+        with self._journal_lock:
+            self._journal.setdefault(name, [None, None])[1] = replay
+
+    def _end(self, name: str, replay: Callable[[], Pending]) -> None:
+        """The call on `name` completed (its result is here); `replay` repeats it without the caller's buffers."""
+        if self._journal is not None:
+            with self._journal_lock:
+                self._journal[name] = [replay, None]
+
+    def _watch_hangups(self) -> None:
+        with self._journal_lock:
+            if self._hangups is None:
+                self._hangups = HangupWatch(self.client.connections, self._hung_up)
+                self.client.on_new_connection = self._hangups.changed
+
+    def _hung_up(self, node: str, conn: NodeConnection) -> None:
+        try:
+            self._recover(node, conn)
+        except RelayError:
+            pass  # it did not come back: the next call on it says so
+
+    def _recover(self, node: str, lost: NodeConnection | None = None) -> None:
+        """Reconnect to `node`; the thread that does replays the calls of the journal on that node's objects.
+
+        Calls on one object follow each other on a rank, so another rank can
+        need only the round this rank completed last (its result was lost on
+        the way to that rank) or the one in flight (it completed on the old
+        node just now): both are replayed. A round completes once every rank
+        has replayed or repeated it, and nobody counts twice.
+        """
+        assert self._journal is not None
+        if not self.client.reconnect(node, self.recover_within, lost):
+            return
+        with self._journal_lock:
+            replays = [
+                start for other, calls in self._journal.items() if self.client.ring.node(other) == node for start in calls if start
+            ]
+        try:
+            for start in replays:
+                start()  # (its reply is not awaited: it only restores the round for whoever still waits on it)
+        except RelayError:
+            pass  # the new connection is lost too: the call that goes on it finds out, and recovers again
+
+    # ---------------------------------------------------- the collectives
     def barrier(self, comm_key: str, generation: int, rank: int, size: int) -> None:
-        self._patiently(lambda: self.client.barrier_async(f"fmpi.b.{comm_key}", generation, rank, size=size))
+        name = f"fmpi.b.{comm_key}"
+
+        def start() -> Pending:
+            return self.client.barrier_async(name, generation, rank, size=size)
+
+        self._begin(name, start)
+        self._finish(name, start)
+        self._end(name, start)
         self.calls["barrier"] = self.calls.get("barrier", 0) + 1
 
     def allreduce(self, comm_key: str, round: int, rank: int, size: int, send: np.ndarray, op: str, out: np.ndarray) -> None:
@@ -53,19 +154,23 @@ class DsoCollectives:
         flat = out.reshape(-1)  # a view: the callers pass flat, contiguous buffers
         step = max(1, self.piece // max(1, src.itemsize))
         bounds = [(lo, min(lo + step, src.size)) for lo in range(0, src.size, step)]
+        names = [f"fmpi.r.{comm_key}.{i}" for i in range(len(bounds))]
 
-        def start(i: int, lo: int, hi: int) -> Pending:
-            return self.client.allreduce_async(
-                f"fmpi.r.{comm_key}.{i}", round, rank, src[lo:hi], op, size=size, out=flat[lo:hi]
-            )
+        def starter(i: int, data: np.ndarray, into: np.ndarray | None) -> Callable[[], Pending]:
+            return lambda: self.client.allreduce_async(names[i], round, rank, data, op, size=size, out=into)
 
-        pending = [start(i, lo, hi) for i, (lo, hi) in enumerate(bounds)]
+        starts = [starter(i, src[lo:hi], flat[lo:hi]) for i, (lo, hi) in enumerate(bounds)]
         for i, (lo, hi) in enumerate(bounds):
-            try:
-                pending[i].result()
-            except SharedObjectTimeout:
-                self._patiently(lambda i=i, lo=lo, hi=hi: start(i, lo, hi))
+            self._begin(names[i], starter(i, src[lo:hi], None))  # (the call is in flight: its input stays put)
+        pending = [self._try(start) for start in starts]
+        for i, start in enumerate(starts):
+            self._finish(names[i], start, pending[i])
+        if self._journal is not None:
+            for i, (lo, hi) in enumerate(bounds):
+                self._end(names[i], starter(i, src[lo:hi].copy(), None))  # (the caller may reuse its buffers now)
         self.calls["allreduce"] = self.calls.get("allreduce", 0) + 1
 
     def close(self) -> None:
+        if self._hangups is not None:
+            self._hangups.close()
         self.client.close()

@@ -253,6 +253,10 @@ class NodeConnection:
         else:
             self._die(SharedObjectError(f"unexpected {kind.name} frame on a DSO connection", "protocol", self.url))
 
+    def fail(self, error: SharedObjectError) -> None:
+        """Declare the connection lost (if it is not already): calls in flight and later ones fail with `error`."""
+        self._die(error)
+
     def _die(self, error: SharedObjectError) -> None:
         if self.dead is None:
             self.dead = error

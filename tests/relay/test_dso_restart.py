@@ -1,0 +1,188 @@
+"""A sharded relay node that restarts mid-job: no collective loses, repeats or reorders a contribution.
+
+Real `fmpi-relay` processes: node A holds the job (rendezvous), node B only
+hosts shared objects; B is killed outright (SIGKILL) while ranks are inside
+collectives on it, and started again on the same port. The launcher's
+``DsoHost`` hosts the job on B again, the ranks reconnect and replay
+(``dso_collectives``), and every round's result is exactly what it must be.
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import numpy as np
+import pytest
+
+from fmpi.relay.dso_client import DsoClient, DsoHost
+from fmpi.relay.dso_collectives import DsoCollectives
+from fmpi.relay.dso_connection import SharedObjectError
+from tests_support import RelayProcess, fmpirun_argv
+
+TOKEN = "dso-restart-token-0123456789"
+RANKS = 3
+ROUNDS = 100
+
+
+def _urls(a: RelayProcess, b: RelayProcess) -> str:
+    return "tcp://{}:{},{}:{}".format(*a.address, *b.address)
+
+
+def _key_on(client: DsoClient, barrier_node: str, reducer_node: str) -> str:
+    """A communicator key whose barrier and first reducer live on the nodes given."""
+    for i in range(10_000):
+        key = f"k{i}"
+        if client.ring.node(f"fmpi.b.{key}") == barrier_node and client.ring.node(f"fmpi.r.{key}.0") == reducer_node:
+            return key
+    raise AssertionError("no such key")
+
+
+ELEMENTS = 1 << 18  # 2 MiB of int64 per contribution: a kill often lands while replies are still being written
+
+
+def _contribution(rank: int, round_: int) -> np.ndarray:
+    return np.arange(ELEMENTS, dtype=np.int64) * (rank + 1) + round_ * 1000 + rank
+
+
+def _restart(node: RelayProcess, at: list[float], down_for: float) -> tuple[threading.Thread, list[RelayProcess]]:
+    """Kill `node` outright at each time of `at` (s from now) and start it again on the same port `down_for` s later."""
+    started: list[RelayProcess] = []
+    t0 = time.monotonic()
+
+    def run() -> None:
+        current = node
+        for when in at:
+            time.sleep(max(0.0, t0 + when - time.monotonic()))
+            current.proc.kill()
+            current.proc.wait()
+            time.sleep(down_for)
+            current = RelayProcess("--port", str(node.address[1]))
+            started.append(current)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, started
+
+
+@pytest.mark.parametrize("layout", ["both_on_b", "barrier_on_a"])
+@pytest.mark.parametrize("seed", range(3))
+def test_collectives_on_a_restarted_node_lose_and_repeat_nothing(layout, seed):
+    # A kill that lands while the relay writes a round's results may leave
+    # some ranks with the result and others without: those repeat the round
+    # on the empty node, and only the others' replays can complete it. With
+    # the barrier on A, a rank that has its result waits on A and never
+    # talks to B: it must notice B's restart by itself (the hang-up watch).
+    a, b = RelayProcess(), RelayProcess()
+    restarted: list[RelayProcess] = []
+    job = "job-" + uuid.uuid4().hex[:12]
+    host = DsoHost(_urls(a, b), job, TOKEN)  # what the launcher does with several relays
+    ranks = [DsoCollectives(_urls(a, b), job, TOKEN, recover_within=20) for _ in range(RANKS)]
+    node_a, node_b = "{}:{}".format(*a.address), "{}:{}".format(*b.address)
+    key = _key_on(ranks[0].client, node_b if layout == "both_on_b" else node_a, node_b)
+    sums: list[list[int]] = [[] for _ in range(RANKS)]
+    errors: list[BaseException] = []
+
+    def rank(r: int) -> None:
+        out = np.empty(ELEMENTS, dtype=np.int64)
+        try:
+            for round_ in range(ROUNDS):
+                ranks[r].allreduce(key, round_, r, RANKS, _contribution(r, round_), "sum", out)
+                sums[r].append(int(out.sum()) if np.array_equal(out, want[round_]) else -1)
+                ranks[r].barrier(key, round_, r, RANKS)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    want = [sum(_contribution(r, round_) for r in range(RANKS)) for round_ in range(ROUNDS)]
+    try:
+        threads = [threading.Thread(target=rank, args=(r,)) for r in range(RANKS)]
+        for t in threads:
+            t.start()
+        rng = random.Random(seed)
+        killer, restarted = _restart(b, at=[0.2 + rng.random() * 0.3, 0.9 + rng.random() * 0.3, 1.6 + rng.random() * 0.3], down_for=0.1)
+        for t in threads:
+            t.join(60)
+        killer.join()
+        assert not any(t.is_alive() for t in threads), "a rank is stuck"
+        assert not errors, errors
+        for r in range(RANKS):
+            assert sums[r] == [int(w.sum()) for w in want], f"rank {r}: wrong or missing rounds"
+        assert len(restarted) == 3 and restarted[-1].proc.poll() is None  # (the restarts really happened mid-run)
+    finally:
+        for c in ranks:
+            c.close()
+        host.end()
+        for relay in (a, b, *restarted):
+            relay.stop()
+
+
+def test_a_node_that_does_not_come_back_is_a_clear_error_in_bounded_time():
+    a, b = RelayProcess(), RelayProcess()
+    job = "job-" + uuid.uuid4().hex[:12]
+    host = DsoHost(_urls(a, b), job, TOKEN)
+    ranks = [DsoCollectives(_urls(a, b), job, TOKEN, recover_within=1.5) for _ in range(2)]
+    key = _key_on(ranks[0].client, "{}:{}".format(*b.address), "{}:{}".format(*b.address))
+    try:
+        ranks[0].barrier(key, 0, 0, 1)  # (a barrier of one: the connection to B is up)
+        b.proc.kill()
+        b.proc.wait()
+        start = time.monotonic()
+        with pytest.raises(SharedObjectError, match=r"lost relay node tcp://127\.0\.0\.1:\d+, and it did not come back within 1\.5 s"):
+            ranks[0].barrier(key, 1, 0, 2)
+        assert time.monotonic() - start < 10
+    finally:
+        for c in ranks:
+            c.close()
+        host.end()
+        a.stop()
+        b.stop()
+
+
+RESTART_PROGRAM = """
+import sys
+import numpy as np
+from mpi4py import MPI
+world = MPI.COMM_WORLD
+comms = [world.Dup() for _ in range(6)]  # six keys: their objects spread over both relay nodes
+open(sys.argv[1] + f".{world.rank}", "w").close()  # (started: the test may restart a node now)
+total = 0
+for step in range(int(sys.argv[2])):
+    for i, c in enumerate(comms):
+        x = np.full(3, (c.rank + 1) * (step + 1) + i, dtype=np.int64)
+        y = np.empty_like(x)
+        c.Allreduce(x, y, op=MPI.SUM)
+        c.Barrier()
+        total += int(y.sum())
+print("total", total)
+"""
+
+
+def test_a_job_survives_a_restart_of_one_of_its_relay_nodes(tmp_path):
+    a, b = RelayProcess(), RelayProcess()
+    restarted: list[RelayProcess] = []
+    prog = tmp_path / "prog.py"
+    prog.write_text(RESTART_PROGRAM)
+    n, steps = 3, 400
+    want = sum(3 * sum((r + 1) * (s + 1) + i for r in range(n)) for s in range(steps) for i in range(6))
+    try:
+        proc = subprocess.Popen(
+            fmpirun_argv("-n", str(n), "--relay", _urls(a, b), "--channel", "relay", sys.executable, str(prog),
+                         str(tmp_path / "started"), str(steps)),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob("started.*"))) < n and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.02)
+        killer, restarted = _restart(b, at=[0.3], down_for=0.3)
+        out, err = proc.communicate(timeout=120)
+        killer.join()
+        assert proc.returncode == 0, err
+        assert out.split().count("total") == n and all(int(v) == want for v in out.split()[1::2]), out
+        assert "lost relay node" in err and "is back and hosts job" in err, err  # the launcher saw it happen
+    finally:
+        for relay in (a, b, *restarted):
+            relay.stop()
