@@ -311,6 +311,33 @@ def test_fmpi_timeout_turns_a_deadlock_into_a_diagnosis(program):
     assert "rank 2 (asked by rank" in err and "not in a blocking MPI call" in err, err
 
 
+@pytest.mark.parametrize("relay", ["fmpi-relay", "redis"])
+def test_fmpi_timeout_covers_collectives_the_relay_runs(program, request, relay):
+    # Under --channel relay the barrier is one call to the relay (DSO objects,
+    # or a Redis script): that wait too ends at FMPI_TIMEOUT, and says where.
+    prog = program(
+        """
+        import time
+        from mpi4py import MPI
+        c = MPI.COMM_WORLD
+        c.Barrier()
+        if c.rank == 0:
+            time.sleep(60)  # never arrives at the second barrier
+        else:
+            c.Barrier()
+        """
+    )
+    extra = ["--relay", request.getfixturevalue("redis_server")[0]] if relay == "redis" else []
+    start = time.monotonic()
+    result = run("-n", "3", "--channel", "relay", *extra, PY, str(prog), timeout=60, env=dict(os.environ, FMPI_TIMEOUT="2"))
+    assert result.returncode != 0
+    assert time.monotonic() - start < 30
+    err = result.stderr
+    assert "FMPI_TIMEOUT: waited 2 s in a server-side barrier on MPI_COMM_WORLD" in err, err
+    assert "a server-side barrier on MPI_COMM_WORLD did not complete within FMPI_TIMEOUT=2 s" in err, err
+    assert "rank 0 (asked by rank" in err and "not in a blocking MPI call" in err, err
+
+
 def test_bad_fmpi_variables_are_refused_once_by_fmpirun():
     result = run("-n", "2", PY, "-c", "pass", env=dict(os.environ, FMPI_CHANNEL="bogus"))
     assert result.returncode == 2

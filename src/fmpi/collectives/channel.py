@@ -14,12 +14,13 @@ long as the receiver posts its receives in the same order.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 import numpy as np
 
 from ..transport.engine import Engine
-from ..transport.requests import Op, RecvOp
+from ..transport.requests import Op, RecvOp, TransportError
 
 
 def as_bytes(arr: np.ndarray) -> memoryview:
@@ -69,6 +70,18 @@ class Channel:
 
     def wait(self, op: Op) -> None:
         self._engine.wait(op)
+
+    # Around a blocking call of `server` (server_side.py): FMPI_TIMEOUT and hang diagnosis cover it too.
+    def server_wait(self, what: str) -> AbstractContextManager[float | None]:
+        """Yields the call's deadline (None: no FMPI_TIMEOUT); the rank reports waiting in `what` meanwhile."""
+        return self._engine.blocked_elsewhere(self._on_comm(what))
+
+    def server_timed_out(self, what: str) -> TransportError:
+        """The deadline of ``server_wait`` passed: every rank prints its state; the error to raise."""
+        return self._engine.timed_out_elsewhere(self._on_comm(what))
+
+    def _on_comm(self, what: str) -> str:
+        return f"{what} on {self._engine.waits.place(self._context)}"
 
     def waitall(self, ops: Sequence[Op]) -> None:
         self._engine.wait_all(ops)

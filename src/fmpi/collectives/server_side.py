@@ -53,10 +53,12 @@ class Provider(Protocol):
     calls: dict[str, int]  # completed calls per collective (tests check the server path was used)
     errors: tuple[type[BaseException], ...]  # what its calls raise when the relay fails (anything else passes)
 
-    def barrier(self, comm_key: str, generation: int, rank: int, size: int) -> None: ...
+    # `deadline` (time.monotonic()): past it, a call still waiting raises one of `errors` with code "timeout".
+    def barrier(self, comm_key: str, generation: int, rank: int, size: int, deadline: float | None = None) -> None: ...
 
     def allreduce(
-        self, comm_key: str, round: int, rank: int, size: int, send: np.ndarray, op: str, out: np.ndarray
+        self, comm_key: str, round: int, rank: int, size: int, send: np.ndarray, op: str, out: np.ndarray,
+        deadline: float | None = None,
     ) -> None:
         """Fold the `size` contributions of this round in rank order into `out` (`send` may be `out`)."""
         ...
@@ -97,7 +99,9 @@ def _key(ch: Channel) -> tuple[str, int]:
     return f"{ch.server_key}.{ch.tag >> _TAG_BITS}", ch.tag & ((1 << _TAG_BITS) - 1)
 
 
-def _failed(ch: Channel, what: str, exc: Exception) -> TransportError:
+def _failed(ch: Channel, what: str, exc: Exception, deadline: float | None) -> TransportError:
+    if deadline is not None and getattr(exc, "code", None) == "timeout":
+        return ch.server_timed_out(f"a server-side {what}")  # FMPI_TIMEOUT
     where = getattr(ch.server, "where", "the relay")
     # A relay or Redis that ended the call because the job was aborted says so with code "aborted".
     error_class = "ERR_ABORTED" if getattr(exc, "code", None) == "aborted" else getattr(exc, "error_class", "ERR_OTHER")
@@ -106,10 +110,11 @@ def _failed(ch: Channel, what: str, exc: Exception) -> TransportError:
 
 def barrier(ch: Channel, _opts: Any = None) -> None:
     key, generation = _key(ch)
-    try:
-        ch.server.barrier(key, generation, ch.rank, ch.size)
-    except ch.server.errors as exc:  # a relay or Redis failure: an MPI error for the caller
-        raise _failed(ch, "barrier", exc) from None
+    with ch.server_wait("a server-side barrier") as deadline:
+        try:
+            ch.server.barrier(key, generation, ch.rank, ch.size, deadline)
+        except ch.server.errors as exc:  # a relay or Redis failure: an MPI error for the caller
+            raise _failed(ch, "barrier", exc, deadline) from None
 
 
 def allreduce(ch: Channel, opts: AllreduceOptions) -> None:
@@ -117,7 +122,8 @@ def allreduce(ch: Channel, opts: AllreduceOptions) -> None:
         barrier(ch)  # nothing to reduce, but it still synchronizes as the point-to-point forms do
         return
     key, round = _key(ch)
-    try:
-        ch.server.allreduce(key, round, ch.rank, ch.size, opts.send, opts.server_op, opts.recv)
-    except ch.server.errors as exc:
-        raise _failed(ch, "allreduce", exc) from None
+    with ch.server_wait("a server-side allreduce") as deadline:
+        try:
+            ch.server.allreduce(key, round, ch.rank, ch.size, opts.send, opts.server_op, opts.recv, deadline)
+        except ch.server.errors as exc:
+            raise _failed(ch, "allreduce", exc, deadline) from None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -11,6 +12,10 @@ from .dso_client import DsoClient
 from .client import RelayError
 from .dso_connection import NodeConnection, Pending, SharedObjectError, SharedObjectTimeout
 from .dso_hangups import HangupWatch
+
+
+# Starts one call (a barrier arrival, a contribution) with a timeout (None: the client's); calls are idempotent.
+Start = Callable[..., Pending]
 
 
 class DsoCollectives:
@@ -59,34 +64,41 @@ class DsoCollectives:
         self.calls: dict[str, int] = {}
         # object name -> [its last call this rank completed, its call in flight], as calls to replay
         # (None: one node, nothing to replay; see _recover)
-        self._journal: dict[str, list[Callable[[], Pending] | None]] | None = {} if len(self.client.addresses) > 1 else None
+        self._journal: dict[str, list[Start | None]] | None = {} if len(self.client.addresses) > 1 else None
         self._journal_lock = threading.Lock()
         self._hangups: HangupWatch | None = None  # (started with the first call, with several nodes)
 
-    def _finish(self, name: str, start: Callable[[], Pending], pending: Pending | None = None) -> Any:
-        """Wait for the call `start` makes (or made: `pending`), repeating it while the server times it out or its node restarts."""
+    def _finish(self, name: str, start: Start, pending: Pending | None = None, deadline: float | None = None) -> Any:
+        """Wait for the call `start` makes (or made: `pending`), repeating it while the server times it out
+        (until `deadline`, if any: then SharedObjectTimeout) or its node restarts."""
         while True:
             try:
-                return (pending or start()).result()
+                return (pending or start(self._left(deadline))).result()
             except SharedObjectTimeout:
-                pass  # the server gave up waiting, not the job: arrive again (idempotent)
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+                # the server gave up waiting, not the job: arrive again (idempotent)
             except SharedObjectError as exc:
                 if exc.code != "lost" or self._journal is None:
                     raise
                 self._recover(self.client.ring.node(name))
             pending = None
 
-    def _try(self, start: Callable[[], Pending]) -> Pending | None:
+    def _left(self, deadline: float | None) -> float | None:
+        """The timeout of a call that must end by `deadline` (None: the client's)."""
+        return None if deadline is None else max(0.0, min(self.client.timeout, deadline - time.monotonic()))
+
+    def _try(self, start: Start, deadline: float | None) -> Pending | None:
         """Start a call; None if its node's connection is lost (``_finish`` recovers and starts it again)."""
         try:
-            return start()
+            return start(self._left(deadline))
         except SharedObjectError as exc:
             if exc.code != "lost" or self._journal is None:
                 raise
             return None
 
     # ---------------------------------------------------- node restarts
-    def _begin(self, name: str, replay: Callable[[], Pending]) -> None:
+    def _begin(self, name: str, replay: Start) -> None:
         """A call on `name` starts; `replay` repeats it."""
         if self._journal is None:
             return
@@ -95,7 +107,7 @@ class DsoCollectives:
         with self._journal_lock:
             self._journal.setdefault(name, [None, None])[1] = replay
 
-    def _end(self, name: str, replay: Callable[[], Pending]) -> None:
+    def _end(self, name: str, replay: Start) -> None:
         """The call on `name` completed (its result is here); `replay` repeats it without the caller's buffers."""
         if self._journal is not None:
             with self._journal_lock:
@@ -136,18 +148,21 @@ class DsoCollectives:
             pass  # the new connection is lost too: the call that goes on it finds out, and recovers again
 
     # ---------------------------------------------------- the collectives
-    def barrier(self, comm_key: str, generation: int, rank: int, size: int) -> None:
+    def barrier(self, comm_key: str, generation: int, rank: int, size: int, deadline: float | None = None) -> None:
         name = f"fmpi.b.{comm_key}"
 
-        def start() -> Pending:
-            return self.client.barrier_async(name, generation, rank, size=size)
+        def start(timeout: float | None = None) -> Pending:
+            return self.client.barrier_async(name, generation, rank, size=size, timeout=timeout)
 
         self._begin(name, start)
-        self._finish(name, start)
+        self._finish(name, start, None, deadline)
         self._end(name, start)
         self.calls["barrier"] = self.calls.get("barrier", 0) + 1
 
-    def allreduce(self, comm_key: str, round: int, rank: int, size: int, send: np.ndarray, op: str, out: np.ndarray) -> None:
+    def allreduce(
+        self, comm_key: str, round: int, rank: int, size: int, send: np.ndarray, op: str, out: np.ndarray,
+        deadline: float | None = None,
+    ) -> None:
         src = np.ascontiguousarray(send).reshape(-1)
         if src is out.reshape(-1) or np.shares_memory(src, out):
             src = src.copy()  # in place: the first piece's result must not overwrite later pieces' input
@@ -156,15 +171,17 @@ class DsoCollectives:
         bounds = [(lo, min(lo + step, src.size)) for lo in range(0, src.size, step)]
         names = [f"fmpi.r.{comm_key}.{i}" for i in range(len(bounds))]
 
-        def starter(i: int, data: np.ndarray, into: np.ndarray | None) -> Callable[[], Pending]:
-            return lambda: self.client.allreduce_async(names[i], round, rank, data, op, size=size, out=into)
+        def starter(i: int, data: np.ndarray, into: np.ndarray | None) -> Start:
+            return lambda timeout=None: self.client.allreduce_async(
+                names[i], round, rank, data, op, size=size, out=into, timeout=timeout
+            )
 
         starts = [starter(i, src[lo:hi], flat[lo:hi]) for i, (lo, hi) in enumerate(bounds)]
         for i, (lo, hi) in enumerate(bounds):
             self._begin(names[i], starter(i, src[lo:hi], None))  # (the call is in flight: its input stays put)
-        pending = [self._try(start) for start in starts]
+        pending = [self._try(start, deadline) for start in starts]
         for i, start in enumerate(starts):
-            self._finish(names[i], start, pending[i])
+            self._finish(names[i], start, pending[i], deadline)
         if self._journal is not None:
             for i, (lo, hi) in enumerate(bounds):
                 self._end(names[i], starter(i, src[lo:hi].copy(), None))  # (the caller may reuse its buffers now)

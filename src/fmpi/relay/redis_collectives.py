@@ -40,6 +40,7 @@ job by fmpirun; per-round keys are deleted as soon as the round completes):
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -202,9 +203,17 @@ class RedisCollectives:
     def _base(self, comm_key: str) -> str:
         return f"fmpi:{{{self.job}}}:coll:{comm_key}:"
 
-    def _call(self, script: str, comm_key: str, round: int, rank: int, size: int, payloads: list, wake: str) -> tuple[int, bytes]:
-        """Run `script` and BLPOP the caller's wake list `wake`, pipelined: one round trip. (script's answer, popped)"""
+    def _call(
+        self, script: str, comm_key: str, round: int, rank: int, size: int, payloads: list, wake: str, deadline: float | None
+    ) -> tuple[int, bytes]:
+        """Run `script` and BLPOP the caller's wake list `wake`, pipelined: one round trip. (script's answer, popped)
+
+        Waits as long as the job lives, or until `deadline` (then RelayError, code "timeout").
+        """
         import redis
+
+        def wait() -> float:  # one BLPOP's timeout (never 0: that is forever)
+            return WAIT if deadline is None else max(0.01, min(WAIT, deadline - time.monotonic()))
 
         client = self._client()
         argv = [self._base(comm_key), round, rank, size, self.ttl, self.keep, *payloads]
@@ -213,19 +222,21 @@ class RedisCollectives:
             # SCRIPT EXISTS round trip on every execute.
             pipe = client.pipeline(transaction=False)
             pipe.evalsha(self._scripts[script], 2, self._meta, wake, *argv)
-            pipe.blpop([wake], timeout=WAIT)
+            pipe.blpop([wake], timeout=wait())
             try:
                 code, popped = pipe.execute()
             except redis.exceptions.NoScriptError:  # the server lost its script cache (restart, SCRIPT FLUSH)
                 self._load(client)
                 pipe = client.pipeline(transaction=False)
                 pipe.evalsha(self._scripts[script], 2, self._meta, wake, *argv)
-                pipe.blpop([wake], timeout=WAIT)
+                pipe.blpop([wake], timeout=wait())
                 code, popped = pipe.execute()
             while popped is None:  # still waiting for slower ranks, as long as the job lives
                 if not client.exists(self._meta):
                     raise RelayError(f"job {self.job} ended while this rank waited in a collective on Redis", "job_over")
-                popped = client.blpop([wake], timeout=WAIT)
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise RelayError(f"a collective on Redis at {self.where} did not complete in time", "timeout")
+                popped = client.blpop([wake], timeout=wait())
         except redis.ResponseError as exc:
             code = str(exc).split()[0] if str(exc) else "error"
             if isinstance(exc, redis.exceptions.AskError):  # the job's cluster slot moved (see explain)
@@ -236,12 +247,15 @@ class RedisCollectives:
         return int(code), popped[1]
 
     # ------------------------------------------------------------ provider
-    def barrier(self, comm_key: str, generation: int, rank: int, size: int) -> None:
+    def barrier(self, comm_key: str, generation: int, rank: int, size: int, deadline: float | None = None) -> None:
         wake = f"{self._base(comm_key)}{generation}:wg{rank}"
-        self._call("gather", comm_key, generation, rank, size, [b""], wake)
+        self._call("gather", comm_key, generation, rank, size, [b""], wake, deadline)
         self.calls["barrier"] = self.calls.get("barrier", 0) + 1
 
-    def allreduce(self, comm_key: str, round: int, rank: int, size: int, send: np.ndarray, op: str, out: np.ndarray) -> None:
+    def allreduce(
+        self, comm_key: str, round: int, rank: int, size: int, send: np.ndarray, op: str, out: np.ndarray,
+        deadline: float | None = None,
+    ) -> None:
         from .dso_objects import OPS
 
         ufunc = OPS[op]
@@ -249,29 +263,29 @@ class RedisCollectives:
         flat = out.reshape(-1)
         base = f"{self._base(comm_key)}{round}"
         if src.nbytes * size <= self.small_max:
-            _, blob = self._call("gather", comm_key, round, rank, size, [src.view(np.uint8).tobytes()], f"{base}:wg{rank}")
+            _, blob = self._call("gather", comm_key, round, rank, size, [src.view(np.uint8).tobytes()], f"{base}:wg{rank}", deadline)
             _fold_into(flat, blob, size, src.dtype, ufunc)
             self.calls["allreduce"] = self.calls.get("allreduce", 0) + 1
             return
         # scatter-reduce: segment j (elements bounds[j]) is folded by rank j
         bounds = split_even(src.size, size)
         segments = [src[lo:hi].view(np.uint8).tobytes() for lo, hi in bounds]
-        code, parts = self._call("scatter", comm_key, round, rank, size, segments, f"{base}:ws{rank}")
+        code, parts = self._call("scatter", comm_key, round, rank, size, segments, f"{base}:ws{rank}", deadline)
         if code == 2:  # a retry of a round that completed meanwhile
             whole = parts
         else:
-            whole = self._publish(comm_key, round, rank, size, src, bounds, parts, ufunc, base)
+            whole = self._publish(comm_key, round, rank, size, src, bounds, parts, ufunc, base, deadline)
         if len(whole) != src.nbytes:
             raise RelayError(f"Redis at {self.where}: round {round} of {comm_key} completed long ago (expired)", "expired")
         flat[...] = np.frombuffer(whole, dtype=src.dtype)
         self.calls["allreduce"] = self.calls.get("allreduce", 0) + 1
 
-    def _publish(self, comm_key, round, rank, size, src, bounds, parts, ufunc, base) -> bytes:
+    def _publish(self, comm_key, round, rank, size, src, bounds, parts, ufunc, base, deadline) -> bytes:
         """Step 2: fold our segment's contributions, publish it, get the whole result."""
         lo, hi = bounds[rank]
         mine = np.empty(hi - lo, dtype=src.dtype)
         _fold_into(mine, parts, size, src.dtype, ufunc)
-        _, whole = self._call("publish", comm_key, round, rank, size, [mine.view(np.uint8).tobytes()], f"{base}:wr{rank}")
+        _, whole = self._call("publish", comm_key, round, rank, size, [mine.view(np.uint8).tobytes()], f"{base}:wr{rank}", deadline)
         return whole
 
     def close(self) -> None:

@@ -35,12 +35,19 @@ class WaitRegistry:
     """What each thread of this rank is blocked on, since when."""
 
     def __init__(self) -> None:
-        self._waits: dict[int, tuple[tuple[Op, ...], float]] = {}
+        # thread -> (its pending ops, or what it waits in outside the engine; since when)
+        self._waits: dict[int, tuple[tuple[Op, ...] | str, float]] = {}
         self.labels: dict[int, Label] = {}
 
     def enter(self, ops: Iterable[Op]) -> int:
         ident = threading.get_ident()
         self._waits[ident] = (tuple(ops), time.monotonic())
+        return ident
+
+    def enter_elsewhere(self, what: str) -> int:
+        """A wait outside the engine (a server-side collective), described as `what`."""
+        ident = threading.get_ident()
+        self._waits[ident] = (what, time.monotonic())
         return ident
 
     def leave(self, ident: int) -> None:
@@ -51,6 +58,9 @@ class WaitRegistry:
         now = time.monotonic()
         lines = []
         for ops, since in list(self._waits.values()):
+            if isinstance(ops, str):
+                lines.append(f"waiting {now - since:.1f} s in {ops}")
+                continue
             pending = [op for op in ops if not op.done]
             what = "; ".join(self.describe_op(op) for op in pending) or "an operation that just completed"
             lines.append(f"waiting {now - since:.1f} s in {what}")
@@ -68,6 +78,10 @@ class WaitRegistry:
             why = "to match it" if op.sync else "to take it"
             return f"a send of {op.nbytes} bytes to rank {op.dest} (waiting for rank {op.dest} {why})"
         return "a non-blocking collective running in the background"
+
+    def place(self, context: int) -> str:
+        """The communicator a (collective) context belongs to, for messages."""
+        return self._place(context)[0]
 
     def _place(self, context: int) -> tuple[str, bool]:
         label = self.labels.get(context)

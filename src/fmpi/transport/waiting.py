@@ -29,7 +29,8 @@ import os
 import select
 import threading
 import time
-from typing import Callable, Iterable, Sequence
+from contextlib import contextmanager
+from typing import Callable, Iterable, Iterator, Sequence
 
 from . import hang
 from .frames import FrameError
@@ -109,10 +110,30 @@ class WaitingMixin:
             if hang_check:
                 self.waits.leave(ident)
 
+    @contextmanager
+    def blocked_elsewhere(self, what: str) -> Iterator[float | None]:
+        """Around a wait outside the engine (a server-side collective): yields FMPI_TIMEOUT's deadline
+        (None: no timeout), and hang diagnosis reports the thread as waiting in `what` meanwhile."""
+        t = self.options.op_timeout
+        if t is None:
+            yield None
+            return
+        ident = self.waits.enter_elsewhere(what)
+        try:
+            yield time.monotonic() + t
+        finally:
+            self.waits.leave(ident)
+
+    def timed_out_elsewhere(self, what: str) -> TransportError:
+        """FMPI_TIMEOUT expired in a wait outside the engine: as ``_hung``."""
+        return self._hung_in(what)
+
     def _hung(self, ops: Sequence[Op]) -> TransportError:
         """FMPI_TIMEOUT expired: have every rank print its state, then fail with our own."""
         pending = [op for op in ops if not op.done]
-        what = "; ".join(self.waits.describe_op(op) for op in pending)
+        return self._hung_in("; ".join(self.waits.describe_op(op) for op in pending))
+
+    def _hung_in(self, what: str) -> TransportError:
         t = self.options.op_timeout
         hang.report(self.rank, [f"FMPI_TIMEOUT: waited {t:g} s in {what}"])
         if self._relay is not None:
