@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .client import Aborted, RelayConnection, RelayError, parse_relay_url, relay_scheme
+from .client import Aborted, RelayConnection, RelayError, parse_relay_url, relay_addresses, relay_scheme
 from .dso_connection import NodeConnection, Pending, SharedObjectError
 from .hash_ring import HashRing
 from .protocol import Kind, encode
@@ -39,18 +39,9 @@ _NODE_COMING_BACK = frozenset({"unreachable", "unknown_job", "lost", "timeout"})
 
 
 def parse_relay_urls(spec: str | Sequence[str]) -> list[tuple[str, int]]:
-    """'tcp://a:7000,b:7000' (or 'tcp://a:7000,tcp://b:7000', or a list of URLs) -> [(host, port), ...]."""
+    """'tcp://a:7000,b:7000' (or 'tcp://a:7000,tcp://b:7000', or a list of such URLs) -> [(host, port), ...]."""
     items = [spec] if isinstance(spec, str) else list(spec)
-    out: list[tuple[str, int]] = []
-    for item in items:
-        item = item.strip()
-        prefix = relay_scheme(item) + "://"  # tls://: every node is spoken to over TLS
-        if not item.startswith(prefix):
-            raise ValueError(f"unsupported relay URL {item!r}: expected tcp://host:port[,host:port...] (or tls://...)")
-        for part in item[len(prefix) :].split(","):
-            part = part.strip()
-            if part:
-                out.append(parse_relay_url(part if part.startswith(prefix) else prefix + part))
+    out = [address for item in items for address in relay_addresses(item.strip())]
     if not out:
         raise ValueError(f"no relay address in {spec!r}")
     if len(set(out)) != len(out):
