@@ -186,3 +186,29 @@ def test_a_job_survives_a_restart_of_one_of_its_relay_nodes(tmp_path):
     finally:
         for relay in (a, b, *restarted):
             relay.stop()
+
+
+def test_losing_the_first_relay_ends_the_job_with_a_clear_error(tmp_path):
+    # The first relay holds the job itself (rendezvous, relayed links, output): its loss ends the job,
+    # promptly and saying so; fmpirun must not die of a write to the dead relay (SIGPIPE).
+    a, b = RelayProcess(), RelayProcess()
+    prog = tmp_path / "prog.py"
+    prog.write_text(RESTART_PROGRAM)
+    try:
+        proc = subprocess.Popen(
+            fmpirun_argv("-n", "3", "--relay", _urls(a, b), "--channel", "relay", sys.executable, str(prog),
+                         str(tmp_path / "started"), "100000"),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob("started.*"))) < 3 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.02)
+        a.proc.kill()
+        killed = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 1, (proc.returncode, err)
+        assert time.monotonic() - killed < 15
+        assert f"lost the connection to the relay at {_urls(a, b)}" in err, err
+    finally:
+        a.stop()
+        b.stop()

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import sys
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from ..relay.client import RelayError
 from ..relay.server import RelayThread
 from ..transport.options import TransportOptions
 from ..transport.stats import describe_event
+from . import closed_output
 from .job import Job, log
 from .local import SHIM_DIR, _fmpi_root, run_local
 from .rankspec import DEFAULT_FILL_TIMEOUT, RankSpec, SpecError, check_relay_url, display_url
@@ -218,14 +218,11 @@ def _join(args: argparse.Namespace) -> int:
 
 
 def _print_output(rank: int, stream: str, data: str) -> None:
-    sink = sys.stderr if stream == "stderr" else sys.stdout
-    sink.write(data)
-    sink.flush()
+    closed_output.write(sys.stderr if stream == "stderr" else sys.stdout, data)
 
 
 def entry() -> None:
-    # Restore default SIGPIPE so `fmpirun ... | head` ends quietly.
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    # (SIGPIPE stays ignored: `fmpirun ... | head` is handled in closed_output.py.)
     sys.exit(main())
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from . import closed_output
 from .job import Job
 
 SHIM_DIR = str(Path(__file__).parent / "shim")
@@ -115,8 +116,7 @@ class OutputPump:
             prefix = f"[{rank}] ".encode()
             lines = b"".join(prefix + line for line in lines.splitlines(keepends=True))
         with self._lock:
-            sink.write(lines)
-            sink.flush()
+            closed_output.write(sink, lines)
 
 
 def run_local(job: Job, command: list[str], tag_output: bool) -> Outcome:

@@ -317,9 +317,9 @@ class RelayThread:
 
         def run() -> None:
             # Writing to a rank that just died must fail with EPIPE, not kill the
-            # process hosting the relay (fmpirun restores the default SIGPIPE action
-            # so that `fmpirun ... | head` ends quietly): SIGPIPE raised by this
-            # thread's writes stays pending on it, blocked.
+            # process hosting the relay, even if that process restored the default
+            # SIGPIPE action: SIGPIPE raised by this thread's writes stays pending
+            # on it, blocked.
             if hasattr(signal, "pthread_sigmask"):
                 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGPIPE})
             asyncio.set_event_loop(self._loop)

@@ -1,0 +1,34 @@
+"""When whoever reads fmpirun's output goes away (``fmpirun ... | head``).
+
+fmpirun keeps Python's SIGPIPE setting (ignored): with the default action, a
+write to a relay or Redis connection that just died would kill fmpirun on
+the spot, without a word and with the job's failure unexplained. So a write
+to a closed stdout or stderr raises BrokenPipeError instead, and fmpirun
+then stops the job as Ctrl-C would, writing nothing more to that stream.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from typing import BinaryIO, TextIO
+
+
+def write(sink: BinaryIO | TextIO, data: bytes | str) -> None:
+    """Write and flush `data`; if the reader is gone, stop the job (see the module docstring)."""
+    try:
+        sink.write(data)  # type: ignore[arg-type]
+        sink.flush()
+    except BrokenPipeError:
+        _reader_gone(sink)
+
+
+def _reader_gone(sink: BinaryIO | TextIO) -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sink.fileno())  # later writes (and the final flush at exit) go nowhere, quietly
+    finally:
+        os.close(devnull)
+    # A real SIGINT to the main thread: it interrupts the wait it is blocked in (interrupt_main would not).
+    signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
