@@ -354,13 +354,20 @@ def test_a_reader_that_goes_away_stops_the_job_quietly(program, tmp_path):
         """
     )
     head = subprocess.Popen(["head", "-n", "1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    proc = subprocess.Popen(fmpirun_argv("-n", "2", PY, str(prog)), stdout=head.stdin, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        fmpirun_argv("-n", "2", PY, str(prog)), stdout=head.stdin, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     head.stdin.close()
-    assert head.stdout.read().startswith(b"line")
-    head.wait(10)
-    _, err = proc.communicate(timeout=30)
-    assert "Traceback" not in err and "BrokenPipeError" not in err, err
-    assert not pids_alive(int(p.name) for p in pids.iterdir())
+    try:
+        assert head.stdout.read().startswith(b"line")
+        head.wait(10)
+        _, err = proc.communicate(timeout=30)
+        assert "Traceback" not in err and "BrokenPipeError" not in err, err
+        assert not pids_alive(int(p.name) for p in pids.iterdir())
+    finally:
+        if proc.poll() is None:  # (it did not end: take it and its ranks down, then fail)
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
 
 
 def test_bad_fmpi_variables_are_refused_once_by_fmpirun():
