@@ -336,7 +336,8 @@ def test_objects_are_hosted_on_the_other_relays_for_the_job(monkeypatch):
     made = []
 
     class FakeHost:
-        def __init__(self, url, job, token, skip=()):
+        def __init__(self, url, job, token, skip=(), on_event=None):
+            assert callable(on_event)  # (restarts of a node are reported by fmpirun)
             made.append((url, job, token, list(skip)))
 
     import fmpi.relay.dso_client as dso_client
