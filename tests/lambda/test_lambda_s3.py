@@ -10,6 +10,7 @@ parameters) so that no test needs a 50 MB zip.
 from __future__ import annotations
 
 import base64
+import time
 import uuid
 from pathlib import Path
 
@@ -329,24 +330,23 @@ def test_lambda_job_on_two_relays_hosts_objects_on_both(lambda_run, two_relays):
     assert "shared objects hosted on 2 relays" in run.stderr
 
 
-def test_objects_are_hosted_on_the_other_relays_for_the_job(monkeypatch):
-    """The hosting call itself: every relay but the first, with the job's id and token; none with one relay."""
+def test_objects_are_hosted_on_the_other_relays_for_the_job():
+    """The hosting call itself, against two real relays: the second hosts the job (its ranks can attach); none with one relay."""
     from fmpi.launcher import relays as hosting
-
-    made = []
-
-    class FakeHost:
-        def __init__(self, url, job, token, skip=(), on_event=None):
-            assert callable(on_event)  # (restarts of a node are reported by fmpirun)
-            made.append((url, job, token, list(skip)))
-
-    import fmpi.relay.dso_client as dso_client
-
-    monkeypatch.setattr(dso_client, "DsoHost", FakeHost)
+    from fmpi.relay.dso_client import DsoClient
+    from tests_support import RelayProcess
 
     class J:
-        id, token = "jabc", "t" * 24
+        id, token = "jhost" + str(time.monotonic_ns()), "t" * 24
 
-    assert hosting.host_objects(J(), "tcp://a:7000") is None
-    assert isinstance(hosting.host_objects(J(), "tcp://a:7000,b:7001"), FakeHost)
-    assert made == [("tcp://a:7000,b:7001", "jabc", "t" * 24, ["tcp://a:7000"])]
+    a, b = RelayProcess(), RelayProcess()
+    try:
+        assert hosting.host_objects(J(), a.url) is None
+        host = hosting.host_objects(J(), "tcp://{}:{},{}:{}".format(*a.address, *b.address))
+        assert host is not None and list(host.conns) == [b.url]
+        with DsoClient(b.url, J.id, J.token) as client:  # a rank attaches on b: the job is there
+            assert client.counter("c").add(2) == 2
+        host.end()
+    finally:
+        a.stop()
+        b.stop()
