@@ -213,10 +213,13 @@ def _supervise(job: Job, procs: list[subprocess.Popen]) -> Outcome:
         # Described only now: a rank that aborts (MPI_Abort, an uncaught
         # exception) makes the others exit too, possibly before itself, and its
         # reason reaches the relay (and so us) a moment after that.
-        job.wait(lambda s: s.rank_abort() is not None, timeout=1.0)
+        # Likewise ranks that lost the relay exit before fmpirun's own connection to it reports the loss.
+        job.wait(lambda s: s.rank_abort() is not None or s.failure is not None, timeout=1.0)
         abort = job.state.rank_abort()
         if abort is not None:
             failure = Outcome(abort.exit_code, str(abort))
+        elif job.state.failure is not None:
+            failure = Outcome(1, str(job.state.failure))
         else:
             failure.message = _describe_exit(failed_rank, exited[failed_rank])
     if failure is not None:
