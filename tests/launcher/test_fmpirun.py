@@ -276,13 +276,25 @@ def test_join_without_token_is_refused():
     assert result.returncode == 2 and "set FMPI_TOKEN" in result.stderr
 
 
+CORES = len(os.sched_getaffinity(0))
+
+
 def test_local_ranks_share_the_cores_among_blas_threads():
     code = "import os; from mpi4py import MPI; print(os.environ['OPENBLAS_NUM_THREADS'], os.environ['OMP_NUM_THREADS'])"
-    expected = str(max(1, (os.cpu_count() or 1) // 4))
+    expected = str(max(1, CORES // 4))
     env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
     assert run("-n", "4", PY, "-c", code, env=env).stdout.split() == [expected, expected] * 4
     env["OMP_NUM_THREADS"] = "3"  # what the user set wins
-    assert run("-n", "2", PY, "-c", code, env=env).stdout.split() == [str(max(1, (os.cpu_count() or 1) // 2)), "3"] * 2
+    assert run("-n", "2", PY, "-c", code, env=env).stdout.split() == [str(max(1, CORES // 2)), "3"] * 2
+
+
+def test_ranks_do_not_spin_in_waits_when_they_outnumber_the_cores():
+    code = "import os; from mpi4py import MPI; print(os.environ.get('FMPI_SPIN_US', '-'))"
+    env = {k: v for k, v in os.environ.items() if k != "FMPI_SPIN_US"}
+    assert run("-n", str(CORES + 1), PY, "-c", code, env=env).stdout.split() == ["0"] * (CORES + 1)
+    assert run("-n", str(CORES), PY, "-c", code, env=env).stdout.split() == ["-"] * CORES  # the default spin
+    env["FMPI_SPIN_US"] = "7"  # what the user set wins
+    assert run("-n", str(CORES + 1), PY, "-c", code, env=env).stdout.split() == ["7"] * (CORES + 1)
 
 
 def test_fmpi_timeout_turns_a_deadlock_into_a_diagnosis(program):
@@ -375,3 +387,6 @@ def test_bad_fmpi_variables_are_refused_once_by_fmpirun():
     assert result.returncode == 2
     assert "FMPI_CHANNEL must be one of auto, direct, punch, relay, not 'bogus'" in result.stderr
     assert "rank" not in result.stderr  # no rank started
+    result = run("-n", "2", PY, "-c", "pass", env=dict(os.environ, FMPI_SPIN_US="soon"))
+    assert result.returncode == 2
+    assert "FMPI_SPIN_US must be a number of microseconds, not 'soon'" in result.stderr

@@ -52,9 +52,13 @@ _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 def rank_environment(job: Job, rank: int, base: dict[str, str]) -> dict[str, str]:
     env = dict(base)
-    share = str(max(1, (os.cpu_count() or 1) // job.size))
+    cores = len(os.sched_getaffinity(0)) or 1
+    share = str(max(1, cores // job.size))
     for var in _THREAD_VARS:
         env.setdefault(var, share)
+    if job.size > cores:
+        # More ranks than cores: a rank that spins in a wait takes the core the peer it waits for needs.
+        env.setdefault("FMPI_SPIN_US", "0")
     env.update(job.spec(rank).to_env())
     env["PYTHONPATH"] = os.pathsep.join(p for p in (SHIM_DIR, _fmpi_root(), base.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"

@@ -13,14 +13,18 @@ experiment overrides from the environment:
     FMPI_HEARTBEAT_TIMEOUT=S               the relay counts as gone after S of silence (default 4)
     FMPI_TIMEOUT=S                         a blocking operation fails after S, every rank says what it
                                            waits for (hang diagnosis; default: wait forever)
+    FMPI_SPIN_US=US                        a blocking wait polls this many microseconds before it sleeps
+                                           (0: never; default: spinning.default_spin)
     FMPI_DEBUG_LINKS=1                     trace link set-up and failover on stderr
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
+
+from .spinning import default_spin
 
 #: auto: plain connect when the peer is reachable as is, else punch, else relay.
 #: direct: plain connect only. punch: always punch (even on a LAN), never relay.
@@ -58,13 +62,17 @@ class TransportOptions:
     heartbeat_timeout: float = 4.0  # ... and counts the relay as gone after this long without a word from it
     lost_grace: float = 0.5  # a peer the relay says is lost but whose link is still open gets this long to EOF
     op_timeout: float | None = None  # FMPI_TIMEOUT: blocking operations fail after this (hang.py)
+    spin: float = field(default_factory=default_spin)  # FMPI_SPIN_US: poll before sleeping in a wait (spinning.py)
 
     def __post_init__(self) -> None:
         if self.channel not in CHANNELS:
             raise ValueError(f"FMPI_CHANNEL must be one of {', '.join(CHANNELS)}, not {self.channel!r}")
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.name != "channel" and value is not None and not value > 0:
+            if f.name == "spin":
+                if not value >= 0:
+                    raise ValueError(f"FMPI_SPIN_US must be 0 or more microseconds, not {value * 1e6!r}")
+            elif f.name != "channel" and value is not None and not value > 0:
                 raise ValueError(f"transport option {f.name} must be positive, not {value!r}")
 
     @classmethod
@@ -83,6 +91,14 @@ class TransportOptions:
                 values[name] = float(raw)
             except ValueError:
                 raise ValueError(f"{var} must be a number of seconds, not {raw!r}") from None
+        spin = env.get("FMPI_SPIN_US", "").strip()
+        if spin:
+            try:
+                values["spin"] = float(spin) * 1e-6
+            except ValueError:
+                raise ValueError(f"FMPI_SPIN_US must be a number of microseconds, not {spin!r}") from None
+        else:
+            values["spin"] = default_spin(env)
         values.update(overrides)
         return cls(**values)
 

@@ -39,6 +39,7 @@ from .matching import ANY_SOURCE
 from .peers import PeerState
 from .progress import READ
 from .requests import Op, RecvOp, SendOp, TransportError
+from .spinning import SpinBudget, spin_poll
 
 # A held link goes back to the progress thread after this long without a waiter.
 HOLD_IDLE = 0.002
@@ -57,6 +58,7 @@ class WaitingMixin:
         self._reader_bell = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._held: set[Link] = set()  # links paused in the progress thread for waiting readers
         self._hold_timer = False
+        self._spin = SpinBudget(self.options.spin)  # how long a wait polls before it sleeps
 
     # ------------------------------------------------------------ waking
     def _notify_locked(self) -> None:
@@ -252,7 +254,7 @@ class WaitingMixin:
                 if remaining <= 0:
                     raise TransportError(f"{what} timed out", "ERR_TIMEOUT")
                 ms = max(1, int(remaining * 1000 + 1))
-            for fd, _event in poller.poll(ms):
+            for fd, _event in spin_poll(poller, ms, self._spin):
                 link = watched.get(fd)
                 if link is not None:
                     self.read_link_here(link)

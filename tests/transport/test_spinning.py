@@ -1,0 +1,84 @@
+"""Spin-then-sleep in blocking waits (transport/spinning.py): when it spins, and that it stops."""
+
+from __future__ import annotations
+
+import select
+import socket
+import time
+
+import pytest
+
+from fmpi.transport.options import TransportOptions
+from fmpi.transport.spinning import DEFAULT_SPIN, MISSES, SpinBudget, default_spin, spin_poll
+
+
+def _cpu_max(tmp_path, text: str) -> str:
+    path = tmp_path / "cpu.max"
+    path.write_text(text)
+    return str(path)
+
+
+def test_spin_only_with_a_whole_cpu(tmp_path):
+    unlimited = _cpu_max(tmp_path, "max 100000\n")
+    assert default_spin({}, unlimited) == DEFAULT_SPIN
+    assert default_spin({}, str(tmp_path / "absent")) == DEFAULT_SPIN  # no cgroup v2: nothing limits us
+    assert default_spin({}, _cpu_max(tmp_path, "50000 100000\n")) == 0.0  # half a CPU
+    assert default_spin({}, _cpu_max(tmp_path, "200000 100000\n")) == DEFAULT_SPIN
+    # A Lambda function below 1769 MB gets a fraction of a vCPU.
+    assert default_spin({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "1024"}, unlimited) == 0.0
+    assert default_spin({"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "1769"}, unlimited) == DEFAULT_SPIN
+
+
+def test_fmpi_spin_us_sets_or_disables_the_spin():
+    assert TransportOptions.from_env({"FMPI_SPIN_US": "0"}).spin == 0.0
+    assert TransportOptions.from_env({"FMPI_SPIN_US": "250"}).spin == pytest.approx(250e-6)
+    with pytest.raises(ValueError, match="FMPI_SPIN_US must be a number of microseconds, not 'fast'"):
+        TransportOptions.from_env({"FMPI_SPIN_US": "fast"})
+    with pytest.raises(ValueError, match="FMPI_SPIN_US must be 0 or more microseconds"):
+        TransportOptions.from_env({"FMPI_SPIN_US": "-5"})
+
+
+def test_spinning_stops_after_misses_and_resumes_when_a_spin_would_have_caught():
+    budget = SpinBudget(50e-6)
+    for _ in range(MISSES):
+        assert budget.next_spin() == 50e-6
+        budget.missed()
+    assert budget.next_spin() == 0.0  # a peer that computes for long: only sleep from now on
+    budget.slept(1.0)
+    assert budget.next_spin() == 0.0
+    budget.slept(10e-6)  # that wait ended within the spin time: spinning pays again
+    assert budget.next_spin() == 50e-6
+    assert SpinBudget(0.0).next_spin() == 0.0
+
+
+@pytest.fixture
+def pair():
+    a, b = socket.socketpair()
+    yield a, b
+    a.close()
+    b.close()
+
+
+def test_spin_poll_catches_data_stops_spinning_after_misses_and_sleeps_out_its_timeout(pair):
+    a, b = pair
+    poller = select.poll()
+    poller.register(b.fileno(), select.POLLIN)
+    start = time.monotonic()
+    assert spin_poll(poller, 200, SpinBudget(0.005)) == []  # spun 5 ms, then slept the 200 ms out
+    assert time.monotonic() - start >= 0.2
+    budget = SpinBudget(0.002)
+    for _ in range(MISSES):
+        assert spin_poll(poller, 0, budget) == []
+    assert budget.next_spin() == 0.0
+    a.send(b"x")
+    assert spin_poll(poller, None, budget) == [(b.fileno(), select.POLLIN)]  # slept, but not for long
+    assert budget.next_spin() == 0.002
+
+
+def test_no_spin_budget_goes_straight_to_sleep(pair):
+    a, b = pair
+    poller = select.poll()
+    poller.register(b.fileno(), select.POLLIN)
+    budget = SpinBudget(0.0)
+    a.send(b"x")
+    assert spin_poll(poller, None, budget) == [(b.fileno(), select.POLLIN)]
