@@ -16,3 +16,9 @@ def describe_ranks(ranks: Iterable[int]) -> str:
             parts.append(f"{start}" if start == prev else f"{start}-{prev}")
         start = prev = r
     return ", ".join(parts) if parts else "none"
+
+
+def ranks_phrase(ranks: Iterable[int]) -> str:
+    """'rank 3' or 'ranks 1, 4-6': the subject of a sentence about them."""
+    ranks = sorted(ranks)
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {describe_ranks(ranks)}"

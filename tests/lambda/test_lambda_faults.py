@@ -9,6 +9,7 @@ fixture checks): no rank keeps billing while it waits.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -18,6 +19,8 @@ import uuid
 
 import pytest
 from lambda_testing import FMPIRUN, PROGRAMS, aws_env
+
+from fmpi.launcher.lambda_backend.launch import GRACE
 
 HELLO = PROGRAMS / "hello.py"
 
@@ -127,6 +130,50 @@ def test_rank_stopped_by_the_function_timeout(lambda_run):
     assert time.monotonic() - t0 < 30
 
 
+@pytest.mark.parametrize(
+    "relay, words",
+    [
+        # fmpirun's relay sees the killed rank's connection close: the rank is lost at the timeout.
+        ("fmpi-relay", "rank 1 was stopped by the function timeout (4 s, set with --timeout"),
+        # Over Redis nothing connects the launcher to a rank: it gives the rank up after timeout + GRACE.
+        ("redis", "rank 1 did not finish within the function timeout (4 s): the platform stopped it"),
+    ],
+    ids=["fmpi-relay", "redis"],
+)
+def test_rank_the_platform_kills_when_its_watchdog_cannot_act(lambda_run, moto, request, relay, words):
+    # Rank 1 holds the GIL past the function timeout, so its watchdog thread never runs: the only report
+    # is the platform's kill (the emulator SIGKILLs the process group at the deadline, as Lambda does).
+    extra = ("--timeout", "4", "--fill-timeout", "3")
+    redis = None
+    if relay == "redis":  # only this case starts a redis-server
+        url, redis = request.getfixturevalue("redis_server")
+        extra += ("--relay", url)
+    before = len(moto.ctrl.history)
+    t0 = time.monotonic()
+    run = lambda_run(2, PROGRAMS / "gil_hog.py", extra=extra)
+    assert run.returncode != 0
+    assert words in run.stderr, run.stderr
+    assert "reached the function timeout" not in run.stderr  # the watchdog's message: it did not fire
+    assert time.monotonic() - t0 < 4 + GRACE + 15  # it ends soon after the platform's kill, never waits forever
+    assert moto.ctrl.wait_idle(30)
+    ended = {_rank_of(r["logs"]): r["error"] for r in moto.ctrl.history[before:] if r["type"] == "Event"}
+    assert ended == {0: None, 1: "Sandbox.Timedout"}, ended  # rank 1 ran until the platform stopped it
+    if redis is not None:
+        assert not list(redis.scan_iter(match="fmpi:*")), "the job left keys in Redis"
+
+
+def test_a_rank_silent_past_the_heartbeat_timeout_is_named_as_unresponsive(lambda_run, moto):
+    # The same GIL-holding rank, but with time left before the function timeout: the relay drops it for
+    # silence (FMPI_HEARTBEAT_TIMEOUT, 4 s) and fmpirun says so, rather than "crashed" or "timed out".
+    t0 = time.monotonic()
+    run = lambda_run(2, PROGRAMS / "gil_hog.py", extra=("--timeout", "12", "--fill-timeout", "3"))
+    assert run.returncode != 0
+    assert "rank 1 stopped responding (no heartbeat for " in run.stderr, run.stderr
+    assert "crashed" not in run.stderr and "function timeout (12 s" not in run.stderr
+    assert time.monotonic() - t0 < 12  # named at the heartbeat timeout, not at the function timeout
+    assert moto.ctrl.wait_idle(30)
+
+
 def test_rank_that_crashes(lambda_run):
     run = lambda_run(3, PROGRAMS / "crash.py")
     assert run.returncode == 1
@@ -188,3 +235,11 @@ def test_missing_dependencies_are_caught_at_deployment(lambda_run):
     run = lambda_run(2, HELLO, extra=("--function-name", _fresh_name(), "--no-bundle-deps"))
     assert run.returncode == 1
     assert "cannot import numpy" in run.stderr and "a layer must provide numpy" in run.stderr, run.stderr
+
+
+def _rank_of(logs: str) -> int | None:
+    """The rank an invocation served, read off its rank logger's JSON lines in the function's log."""
+    for line in logs.splitlines():
+        if line.startswith("{") and '"fmpi-rank"' in line:
+            return json.loads(line).get("rank")
+    return None

@@ -111,6 +111,19 @@ def test_summary_reports_timings_and_bytes(lambda_run, moto):
         assert s["status"] == "finished" and s["exit_status"] == 0
         assert set(s["timings"]) >= {"join", "run", "total"}
         assert s["bytes"]["sent"] > 0 and s["bytes"]["received"] > 0
+    # Each invocation's log (the function's stdout) has the rank logger's JSON lines, every one carrying
+    # the job id and the rank that invocation served.
+    for record in (r for r in moto.ctrl.history[before:] if r["type"] == "Event"):
+        summary = json.loads(record["payload"])
+        lines = [json.loads(line) for line in record["logs"].splitlines() if line.startswith('{"level"')]
+        lines = [line for line in lines if line.get("service") == "fmpi-rank"]
+        assert {"rank invoked", "joined the job", "program finished"} <= {line["message"] for line in lines}, record["logs"]
+        assert all((line.get("job"), line.get("rank")) == (summary["job"], summary["rank"]) for line in lines), lines
+    # The function as deployed with fmpirun's defaults: one full vCPU of memory, and no async retries
+    # (Lambda's default is 2: a retried rank would arrive after its job moved on).
+    lam = moto.client()
+    assert lam.get_function(FunctionName="fmpi-rank")["Configuration"]["MemorySize"] == 1769
+    assert lam.get_function_event_invoke_config(FunctionName="fmpi-rank")["MaximumRetryAttempts"] == 0
 
 
 def test_bad_event_gets_a_clean_function_error(lambda_run, moto):

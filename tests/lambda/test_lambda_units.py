@@ -280,6 +280,24 @@ def test_warm_invocations_do_not_leak_state():
         "argv_restored": True, "cwd_restored": True, "path_restored": True, "mpi_facade_cached": False,
         "user_modules_cached": [], "initialized": False, "token_in_environment": False,
     }
+    # The rank logger (powertools, service "fmpi-rank") writes JSON lines to the process's stdout. Split
+    # them at the RESULT lines: each invocation's lines must carry its own job id and rank, so a warm
+    # sandbox's second job never logs under the first job's keys (append_keys is process-wide state).
+    per_invocation: list[list[dict]] = [[]]
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            per_invocation.append([])
+        elif line.startswith("{"):
+            record = json.loads(line)
+            if record.get("service") == "fmpi-rank":
+                per_invocation[-1].append(record)
+    assert per_invocation[-1] == []  # nothing logged after the last invocation returned
+    jobs = [r["summary"]["job"] for r in results]
+    assert jobs[0] != jobs[1]
+    for job, records, result in zip(jobs, per_invocation, results):
+        assert {"rank invoked", "joined the job", "program finished"} <= {r["message"] for r in records}, records
+        for record in records:
+            assert (record.get("job"), record.get("rank")) == (job, result["summary"]["rank"]), record
 
 
 # ----------------------------------------------------------------- fan-out
@@ -314,3 +332,24 @@ def test_invoke_all_reports_failures_by_rank_and_stops():
     fine = _FakeLambda()
     assert invoke_all(fine, "fn", heads(base, 40, 0), lambda ev: invoked.append(ev.spec.rank)) == {}
     assert sorted(invoked) == list(range(40))
+
+
+# ---------------------------------------------------------------- backends
+
+
+def test_localstack_backend_defaults_to_localhost_4566(monkeypatch):
+    from fmpi.launcher.lambda_backend import aws
+
+    # Nothing from this machine may choose the endpoint, the region or the credentials.
+    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_LAMBDA", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
+    target = aws.connect("localstack", None, None, None)
+    client = target.client("lambda")  # boto3 resolves the endpoint when it builds the client; no call is made
+    assert client.meta.endpoint_url == "http://localhost:4566"
+    assert client.meta.region_name == "us-east-1"
+    assert target.session.get_credentials().access_key == "test"
+    # AWS_ENDPOINT_URL, when set, wins over the default (it is how the LocalStack stage points elsewhere).
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:4510")
+    assert aws.connect("localstack", None, None, None).client("lambda").meta.endpoint_url == "http://127.0.0.1:4510"

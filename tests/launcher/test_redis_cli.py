@@ -80,14 +80,19 @@ def test_fmpirun_rejects_a_bad_relay_url_before_starting_ranks(tmp_path):
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("channel,kind", [("relay", "relayed"), ("direct", "direct")])
-def test_fmpirun_channel_option_reaches_the_ranks(tmp_path, channel, kind):
+@pytest.mark.parametrize(
+    "channel,kind,relay", [("relay", "relayed", None), ("direct", "direct", None), ("punch", "punched", "redis")]
+)
+def test_fmpirun_channel_option_reaches_the_ranks(request, tmp_path, channel, kind, relay):
+    # relay "redis": the redis_server fixture is the only rendezvous service, so punching relies on the
+    # endpoints Redis observed (CLIENT INFO) for every rank.
+    extra = ["--relay", request.getfixturevalue("redis_server")[0]] if relay == "redis" else []
     script = tmp_path / "ring.py"
     script.write_text(
         "import os\nfrom mpi4py import MPI\nc = MPI.COMM_WORLD\n"
         "print(c.rank, os.environ.get('FMPI_CHANNEL'), c.sendrecv(c.rank, (c.rank + 1) % c.size, source=(c.rank - 1) % c.size))\n"
     )
-    done = subprocess.run(fmpirun_argv("-n", "3", "--channel", channel, sys.executable, str(script)),
+    done = subprocess.run(fmpirun_argv("-n", "3", *extra, "--channel", channel, sys.executable, str(script)),
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert sorted(done.stdout.splitlines()) == [f"{r} {channel} {(r - 1) % 3}" for r in range(3)]

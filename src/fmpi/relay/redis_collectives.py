@@ -19,6 +19,14 @@ wake list, which ends their ``BLPOP``s. No polling anywhere.
   Redis and two round trips, against N x the vector for every rank fetching
   all contributions; the arithmetic runs on the ranks in parallel, not in
   Redis' single thread.
+* **pieces**: Redis refuses a command argument longer than its
+  ``proto-max-bulk-len`` (512 MB by default, 1 MB at least) by closing the
+  connection, which would look like a lost server. So a vector larger than
+  that limit (read once per connection, ``bulk_limit``) is reduced in pieces
+  of at most the limit, one after the other, each a scatter-reduce of its own
+  under the communicator key ``<comm>#p<i>``; then no argument, stored value
+  or reply exceeds the limit, and with the default limit every vector up to
+  512 MB is one piece, as before.
 
 Why not fold in Lua: Lua numbers are doubles (int64 would be inexact), and a
 script blocks the whole server while it runs. Redis does the coordination —
@@ -35,6 +43,7 @@ job by fmpirun; per-round keys are deleted as soon as the round completes):
                                              arriving after its round completed gets it);
                                              'floor': every older round (a late retry fails 'expired')
     fmpi:{J}:coll:<comm>:order               list: completed rounds, oldest first
+    fmpi:{J}:coll:<comm>#p<i>:...            the same keys for piece i >= 1 of a vector cut into pieces
 """
 
 from __future__ import annotations
@@ -53,6 +62,7 @@ from .redis_rendezvous import DEFAULT_TTL
 KEEP = 8  # completed rounds per communicator whose result a late retry still gets
 SMALL_MAX = 64 << 10  # N x vector bytes up to which every rank gets all contributions
 WAIT = 30  # seconds per BLPOP; it is repeated while the job lives
+DEFAULT_BULK_MAX = 512 << 20  # Redis' default proto-max-bulk-len: assumed where CONFIG is refused (ElastiCache)
 
 # Shared by the scripts: record a completed round (`result` for late retries), forget old ones;
 # wake ranks; refuse a call for a gone job or an expired round; gather one value per rank.
@@ -175,10 +185,15 @@ class RedisCollectives:
     kind = "redis"
     errors = (RelayError, OSError)  # (what collectives/server_side turns into MPI errors)
 
-    def __init__(self, url: str, job: str, *, ttl: int = DEFAULT_TTL, small_max: int = SMALL_MAX, keep: int = KEEP) -> None:
+    def __init__(
+        self, url: str, job: str, *, ttl: int = DEFAULT_TTL, small_max: int = SMALL_MAX, keep: int = KEEP, piece: int | None = None
+    ) -> None:
+        """`piece`: most bytes of a vector reduced in one scatter-reduce (None: the server's ``bulk_limit``)."""
+        if piece is not None and piece < 1:
+            raise ValueError(f"piece must be a positive number of bytes, not {piece}")
         self.url, self.job = url, job
         self.where = safe_url(url)
-        self.ttl, self.small_max, self.keep = ttl, small_max, keep
+        self.ttl, self.small_max, self.keep, self.piece = ttl, small_max, keep, piece
         self.calls: dict[str, int] = {}
         self._meta = f"fmpi:{{{job}}}:meta"
         self._redis: Any = None
@@ -194,6 +209,8 @@ class RedisCollectives:
 
                     client = connect(self.url, job=self.job)
                     self._load(client)
+                    if self.piece is None:
+                        self.piece = bulk_limit(client, self.where)
                     self._redis = client
         return self._redis
 
@@ -267,7 +284,18 @@ class RedisCollectives:
             _fold_into(flat, blob, size, src.dtype, ufunc)
             self.calls["allreduce"] = self.calls.get("allreduce", 0) + 1
             return
-        # scatter-reduce: segment j (elements bounds[j]) is folded by rank j
+        self._client()  # (reads the server's limit into self.piece)
+        step = max(1, (self.piece or DEFAULT_BULK_MAX) // src.itemsize)  # elements per piece
+        # equal pieces of at most `step` elements (piece 0 keeps the communicator's own key)
+        for i, (lo, hi) in enumerate(split_even(src.size, -(-src.size // step))):
+            key = f"{comm_key}#p{i}" if i else comm_key
+            # (each piece's result is written before the next piece is read: in place is safe, the pieces are disjoint)
+            flat[lo:hi] = self._scatter_reduce(key, round, rank, size, src[lo:hi], ufunc, deadline)
+        self.calls["allreduce"] = self.calls.get("allreduce", 0) + 1
+
+    def _scatter_reduce(self, comm_key, round, rank, size, src, ufunc, deadline) -> np.ndarray:
+        """The large allreduce of `src` (at most one piece) under `comm_key`: segment j is folded by rank j."""
+        base = f"{self._base(comm_key)}{round}"
         bounds = split_even(src.size, size)
         segments = [src[lo:hi].view(np.uint8).tobytes() for lo, hi in bounds]
         code, parts = self._call("scatter", comm_key, round, rank, size, segments, f"{base}:ws{rank}", deadline)
@@ -277,8 +305,7 @@ class RedisCollectives:
             whole = self._publish(comm_key, round, rank, size, src, bounds, parts, ufunc, base, deadline)
         if len(whole) != src.nbytes:
             raise RelayError(f"Redis at {self.where}: round {round} of {comm_key} completed long ago (expired)", "expired")
-        flat[...] = np.frombuffer(whole, dtype=src.dtype)
-        self.calls["allreduce"] = self.calls.get("allreduce", 0) + 1
+        return np.frombuffer(whole, dtype=src.dtype)
 
     def _publish(self, comm_key, round, rank, size, src, bounds, parts, ufunc, base, deadline) -> bytes:
         """Step 2: fold our segment's contributions, publish it, get the whole result."""
@@ -292,6 +319,22 @@ class RedisCollectives:
         client, self._redis = self._redis, None
         if client is not None:
             client.close()
+
+
+def bulk_limit(client: Any, where: str) -> int:
+    """The server's proto-max-bulk-len: the longest string it accepts in a command (bytes).
+
+    Managed services often refuse CONFIG (ElastiCache renames it, an ACL may
+    deny it): then Redis' default, which they keep.
+    """
+    import redis
+
+    try:
+        return int(client.config_get("proto-max-bulk-len")["proto-max-bulk-len"])
+    except (redis.ResponseError, KeyError, ValueError):
+        return DEFAULT_BULK_MAX
+    except redis.RedisError as exc:
+        raise RelayError(f"lost Redis at {where}: {exc}", "lost") from None
 
 
 def _fold_into(out: np.ndarray, blob: bytes, size: int, dtype: np.dtype, ufunc: np.ufunc) -> None:

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...ranges import describe_ranks
+from ...ranges import ranks_phrase
 from ...relay.client import RelayError
 from ...relay.server import RelayThread
 from ..job import Job, JobState, log
@@ -303,7 +303,7 @@ class _Launch:
             return Outcome(bad[rank], f"rank {rank} exited with status {bad[rank]}")
         if state.lost:
             rank = min(state.lost)
-            message = self._lost_message(rank, cfg, time.monotonic() - t_invoke)
+            message = self._lost_message(rank, cfg, time.monotonic() - t_invoke, state.silent.get(rank))
             job.abort(1, message)
             return Outcome(1, message)
         if watcher.left and state.world_seconds is None:
@@ -320,11 +320,16 @@ class _Launch:
             return Outcome(state.abort.exit_code or 1, str(state.abort))
         return None
 
-    def _lost_message(self, rank: int, cfg: FunctionConfig, elapsed: float) -> str:
+    def _lost_message(self, rank: int, cfg: FunctionConfig, elapsed: float, silent: float | None) -> str:
         if elapsed >= cfg.timeout - 1.5:
             return (
                 f"rank {rank} was stopped by the function timeout ({cfg.timeout} s, set with --timeout; "
                 f"Lambda allows at most {MAX_TIMEOUT} s)"
+            )
+        if silent is not None:  # the relay dropped it for silence: alive, maybe, but mute
+            return (
+                f"rank {rank} stopped responding (no heartbeat for {silent:g} s): it is stuck in a call that holds "
+                f"the GIL, or its function froze; see aws logs tail /aws/lambda/{cfg.name}"
             )
         return (
             f"rank {rank} ended without finalizing after {elapsed:.1f} s: its function crashed, exited early, or ran "
@@ -334,12 +339,12 @@ class _Launch:
     def _give_up(self, job: Job, state: JobState, cfg: FunctionConfig) -> Outcome:
         if state.world_seconds is None:
             missing = sorted(set(range(self.size)) - state.joined)
-            message = f"the world did not fill: ranks {describe_ranks(missing)} never joined"
+            message = f"the world did not fill: {ranks_phrase(missing)} never joined"
         else:
             missing = sorted(set(range(self.size)) - set(state.finished))
             message = (
-                f"ranks {describe_ranks(missing)} did not finish within the function timeout ({cfg.timeout} s): "
-                "the platform stopped them"
+                f"{ranks_phrase(missing)} did not finish within the function timeout ({cfg.timeout} s): "
+                f"the platform stopped {'it' if len(missing) == 1 else 'them'}"
             )
         job.abort(1, message)
         return Outcome(1, message)
