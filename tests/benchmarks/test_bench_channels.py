@@ -20,7 +20,7 @@ def test_bench_channels_tiny():
     env = dict(os.environ)
     env.pop("FMPI_CHANNEL", None)
     env.pop("FMPI_COLL_ALGO", None)
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--ns", "2", "--scale", "0.02", "--sizes", "8"],
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--ns", "2", "--scale", "0.02", "--sizes", "8", "--repeat", "2"],
                           capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
@@ -35,3 +35,5 @@ def test_bench_channels_tiny():
         if channel != "naive store-and-poll":
             assert cells[2].endswith("s") and cells[5].endswith("×"), rows[0]
     assert any(line.startswith("target: server-side forms") for line in lines)
+    assert "the minimum of 2 interleaved runs per cell" in proc.stdout
+    assert proc.stderr.count("N = 2 done") == 2  # both runs happened

@@ -9,6 +9,7 @@ collectives on it, and started again on the same port. The launcher's
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
@@ -188,9 +189,10 @@ def test_a_job_survives_a_restart_of_one_of_its_relay_nodes(tmp_path):
             relay.stop()
 
 
-def test_losing_the_first_relay_ends_the_job_with_a_clear_error(tmp_path):
-    # The first relay holds the job itself (rendezvous, relayed links, output): its loss ends the job,
-    # promptly and saying so; fmpirun must not die of a write to the dead relay (SIGPIPE).
+def test_a_first_relay_that_does_not_come_back_ends_the_job_with_a_clear_error(tmp_path):
+    # The first relay holds the job itself (rendezvous, relayed links, output). Everyone waits
+    # FMPI_RELAY_REJOIN for it to come back (tests/launcher/test_relay_restart.py); when it does not,
+    # the job ends, promptly and saying so; fmpirun must not die of a write to the dead relay (SIGPIPE).
     a, b = RelayProcess(), RelayProcess()
     prog = tmp_path / "prog.py"
     prog.write_text(RESTART_PROGRAM)
@@ -198,7 +200,7 @@ def test_losing_the_first_relay_ends_the_job_with_a_clear_error(tmp_path):
         proc = subprocess.Popen(
             fmpirun_argv("-n", "3", "--relay", _urls(a, b), "--channel", "relay", sys.executable, str(prog),
                          str(tmp_path / "started"), "100000"),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, FMPI_RELAY_REJOIN="2"),
         )
         deadline = time.monotonic() + 60
         while len(list(tmp_path.glob("started.*"))) < 3 and time.monotonic() < deadline and proc.poll() is None:
@@ -209,6 +211,7 @@ def test_losing_the_first_relay_ends_the_job_with_a_clear_error(tmp_path):
         assert proc.returncode == 1, (proc.returncode, err)
         assert time.monotonic() - killed < 15
         assert f"lost the connection to the relay at {_urls(a, b)}" in err, err
+        assert "waiting up to 2 s for it to come back" in err, err
     finally:
         a.stop()
         b.stop()

@@ -29,7 +29,7 @@ def test_ranks_leave_when_their_relay_goes_silent(relay_process, tmp_path):
     pids.mkdir()
     script = tmp_path / "waiter.py"
     script.write_text(WAITER.format(pids=str(pids)))
-    env = dict(os.environ, FMPI_HEARTBEAT_TIMEOUT="2")
+    env = dict(os.environ, FMPI_HEARTBEAT_TIMEOUT="2", FMPI_RELAY_REJOIN="2")  # (it never comes back)
     proc = subprocess.Popen(
         fmpirun_argv("-n", "3", "--relay", relay.url, sys.executable, str(script)),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,

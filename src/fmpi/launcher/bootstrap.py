@@ -23,7 +23,9 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import threading
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..natpunch.simultaneous_open import bind_reusable, make_listener
@@ -65,6 +67,7 @@ class RankSession:
         engine: Engine,
         relay: RelayConnection | socket.socket,
         bridge: "RedisBridge | None" = None,
+        registration: "Registration | None" = None,
     ) -> None:
         self.spec = spec
         self.rank = rank
@@ -72,6 +75,10 @@ class RankSession:
         self.engine = engine
         self._bridge = bridge
         self._closed = False
+        # How this rank registered at fmpi-relay, to register again if the relay restarts (None: Redis).
+        self._registration = registration
+        self._rejoined = threading.Event()
+        self._rejoined.set()  # cleared while the rank waits for a restarted relay
         # Barrier and allreduce done by the relay itself (collectives/server_side.py); connects on first use.
         self.server_collectives = server_collectives(spec)
         if isinstance(relay, RelayConnection):
@@ -89,8 +96,10 @@ class RankSession:
         """Clean end: drain the links, tell the relay (with the link statistics), close."""
         if self._closed:
             return
-        self._closed = True
         self.engine.close()
+        # A relay that is restarting must hear FINISHED too, or the launcher counts this rank as lost.
+        self._rejoined.wait(self.engine.options.relay_rejoin + 5.0)
+        self._closed = True
         channel = self.engine.relay
         if channel is None:
             return
@@ -129,16 +138,68 @@ class RankSession:
     def relay_lost(self, error: Exception) -> None:
         if self._closed:
             return
+        within = self.engine.options.relay_rejoin
+        if self._registration is not None and within > 0:
+            # It may be restarting: wait for it (off the progress thread, which keeps the direct links going).
+            self._rejoined.clear()
+            threading.Thread(target=self._rejoin, args=(error, within), name="fmpi-rejoin", daemon=True).start()
+            return
+        self._give_up(f"lost the relay at {display_url(self.spec.relay)} ({error})")
+
+    def _give_up(self, why: str) -> None:
         # The launcher's relay is gone: nobody can abort or collect this
         # job any more, so don't linger (and bill) as an orphan.
-        print(f"fmpi: rank {self.rank}: lost the relay at {display_url(self.spec.relay)} ({error}); ending", file=sys.stderr)
-        self.engine.fail(TransportError(f"lost the relay: {error}", "ERR_RELAY"))
+        print(f"fmpi: rank {self.rank}: {why}; ending", file=sys.stderr)
+        self.engine.fail(TransportError(why, "ERR_RELAY"))
         _exit_now(1)
+
+    def _rejoin(self, error: Exception, within: float) -> None:
+        """Register again at the restarted relay (the launcher re-creates the job there first)."""
+        reg = self._registration
+        assert reg is not None
+        deadline = time.monotonic() + within
+        url = display_url(self.spec.relay)
+        print(f"fmpi: rank {self.rank}: lost the relay at {url} ({error}); waiting up to {within:g} s for it", file=sys.stderr)
+        while not self._closed:
+            try:
+                # From a new port: the old connection's (from the shared port) may linger in the kernel.
+                relay = RelayConnection(self.spec.relay, timeout=2.0)
+            except RelayError:
+                relay = None  # not listening (yet)
+            if relay is not None:
+                try:
+                    register(relay, self.spec.job, self.spec.token, self.rank, self.spec.incarnation, [reg.local], 5.0,
+                             reg.probe, rejoin_as=reg.observed)
+                except (RelayError, OSError) as exc:
+                    relay.close()
+                    if getattr(exc, "code", "") not in ("unknown_job", "lost", "timeout", "unreachable"):
+                        self._give_up(f"the restarted relay at {url} refused this rank: {exc}")
+                else:
+                    self.engine.replace_relay(relay.sock, relay.take_buffer())
+                    self._rejoined.set()
+                    print(f"fmpi: rank {self.rank}: rejoined the job at {url}", file=sys.stderr)
+                    return
+            if time.monotonic() >= deadline:
+                self._give_up(f"lost the relay at {url} ({error}), and it did not come back within {within:g} s")
+            time.sleep(REJOIN_RETRY)
 
     def link_event(self, info: dict[str, Any]) -> None:
         # Each link is reported once, by its lower rank (its higher rank says the same).
         if info.get("peer", -1) > self.rank and not self._closed:
             self.send_to_relay(Kind.LINK, info)
+
+
+@dataclass(frozen=True)
+class Registration:
+    """What a rank registered with at fmpi-relay: to register the same way at a restarted relay."""
+
+    local: tuple[str, int]  # the shared port (relay connection, listener, punching)
+    observed: tuple[str, int]  # where the relay saw it; peers still punch there
+    probe: tuple[str, int] | None
+
+
+# A restarted relay is retried this often (until the launcher has re-created the job there).
+REJOIN_RETRY = 0.2
 
 
 def server_collectives(spec: RankSpec):
@@ -194,6 +255,7 @@ def join(spec: RankSpec, connect_timeout: float = 10.0, options: TransportOption
         rank, size, observed = register(
             relay, spec.job, spec.token, spec.rank, spec.incarnation, [(local_ip, port)], connect_timeout, probe
         )
+        registration = Registration((local_ip, port), observed, probe)
         peers = wait_world(relay, deadline)
     except BaseException:
         relay.close()
@@ -206,7 +268,7 @@ def join(spec: RankSpec, connect_timeout: float = 10.0, options: TransportOption
         rank, size, spec.token.encode(), lambda r: table[r], listener,
         options=options, routes=plan_routes(rank, world), local_addr=(local_ip, port),
     )
-    return RankSession(spec, rank, size, engine, relay)
+    return RankSession(spec, rank, size, engine, relay, registration=registration)
 
 
 def _join_redis(spec: RankSpec, options: TransportOptions, connect_timeout: float, deadline: float) -> RankSession:

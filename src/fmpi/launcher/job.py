@@ -7,17 +7,17 @@ both feed the same ``JobState``, so the backends cannot tell them apart.
 from __future__ import annotations
 
 import secrets
-import socket
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..relay.client import Aborted, RelayConnection, RelayError
+from ..relay.client import Aborted, RelayConnection, RelayError, open_with
 from ..relay.protocol import Kind
 from ..relay.redis_connect import is_redis_url
 from ..relay.redis_rendezvous import RedisJob
+from ..transport.options import TransportOptions
 from ..transport.stats import LinkTable
 from .rankspec import RankSpec, display_url
 
@@ -31,6 +31,7 @@ class JobState:
     silent: dict[int, float] = field(default_factory=dict)  # lost ranks the relay dropped for silence -> seconds
     aborts: list[Aborted] = field(default_factory=list)  # every abort the relay relayed, in order
     failure: RelayError | None = None
+    incarnations: dict[int, str] = field(default_factory=dict)  # rank -> the incarnation it joined as
     links: LinkTable = field(default_factory=LinkTable)  # rank pair -> channel, set-up time, failovers
 
     @property
@@ -75,14 +76,48 @@ class Job:
             self._created = time.monotonic()
             self._redis = RedisJob(relay_url, self.id, self.token, size, fill_timeout, self._on_redis_event)
             return
-        self._conn = RelayConnection(relay_url)
-        self._conn.send(Kind.CREATE, {"job": self.id, "token": self.token, "size": size, "fill_timeout": fill_timeout})
-        try:
-            self._conn.expect(Kind.CREATED, timeout=10.0)
-        except socket.timeout:
-            raise RelayError(f"the relay at {relay_url} did not answer", "timeout") from None
+        # A relay that restarts mid-job gets the job again (resume) if it is back within this long.
+        self._rejoin_within = TransportOptions.from_env().relay_rejoin
+        self._conn = self._create()
         self._thread = threading.Thread(target=self._follow, name="fmpi-job-events", daemon=True)
         self._thread.start()
+
+    def _create(self, resume: dict | None = None) -> RelayConnection:
+        """CREATE the job at the relay (again, with `resume`, after the relay restarted)."""
+        body = {"job": self.id, "token": self.token, "size": self.size, "fill_timeout": self.fill_timeout}
+        if resume is not None:
+            body["resume"] = resume
+        return open_with(self.relay_url, Kind.CREATE, body, 10.0)
+
+    def _resume(self, lost: RelayError) -> bool:
+        """The relay connection broke mid-job: wait for the relay to come back and re-create the job there.
+
+        A restarted fmpi-relay knows nothing of the job. Created again with
+        every rank's incarnation, it takes the live ranks back (they rejoin on
+        their own) and the job carries on; see docs/troubleshooting.md.
+        """
+        within = self._rejoin_within
+        if within <= 0 or lost.code != "lost" or self.state.world_seconds is None:
+            return False  # (before the world is out, ranks cannot rejoin: let the job fail)
+        url = display_url(self.relay_url)
+        log(f"lost the relay at {url} ({lost}); waiting up to {within:g} s for it to come back")
+        deadline = time.monotonic() + within
+        with self._cond:
+            finished = {str(r): c for r, c in self.state.finished.items()}
+            incarnations = {str(r): self.state.incarnations.get(r, "") for r in range(self.size) if str(r) not in finished}
+        resume = {"incarnations": incarnations, "finished": finished, "rejoin_timeout": within}
+        while not self._closed and time.monotonic() < deadline:
+            try:
+                self._conn = self._create(resume)
+            except RelayError as exc:
+                if exc.code not in ("unreachable", "lost", "timeout"):
+                    log(f"the relay at {url} came back but refused the job: {exc}")
+                    return False
+                time.sleep(0.2)
+                continue
+            log(f"the relay at {url} is back; the job resumed there")
+            return True
+        return False
 
     def spec(self, rank: int) -> RankSpec:
         return RankSpec(self.id, rank, self.size, self.relay_url, self.token, fill_timeout=self.fill_timeout, channel=self.channel)
@@ -127,8 +162,11 @@ class Job:
                 self._update(lambda s, exc=exc: s.aborts.append(exc))
                 continue
             except RelayError as exc:
-                if not self._closed:
-                    self._update(lambda s, exc=exc: setattr(s, "failure", exc))
+                if self._closed:
+                    return
+                if self._resume(exc):
+                    continue
+                self._update(lambda s, exc=exc: setattr(s, "failure", exc))
                 return
             except OSError:
                 return
@@ -174,6 +212,8 @@ class Job:
 def _apply(state: JobState, kind: str, body: dict) -> None:
     if kind == "joined":
         state.joined.add(body["rank"])
+        if isinstance(body.get("incarnation"), str):
+            state.incarnations[body["rank"]] = body["incarnation"]
     elif kind == "left":
         state.joined.discard(body["rank"])
     elif kind == "world":

@@ -250,6 +250,21 @@ class RelayConnection:
         self.sock.close()
 
 
+def open_with(url: str, kind: Kind, body: dict[str, Any], timeout: float) -> RelayConnection:
+    """Connect to the relay at `url` with the request `kind` and wait for CREATED: the connection, or one clear error."""
+    conn = RelayConnection(url, timeout=timeout)
+    try:
+        conn.send(kind, body)
+        conn.expect(Kind.CREATED, timeout)
+    except socket.timeout:
+        conn.close()
+        raise RelayError(f"the relay at {url} did not answer {kind.name} within {timeout:g} s", "timeout") from None
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
 def _resolve(host: str, port: int) -> tuple[str, int]:
     info = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM)
     return info[0][4][:2]
@@ -321,14 +336,23 @@ def register(
     endpoints: list[tuple[str, int]],
     timeout: float,
     probe: tuple[str, int] | None = None,
+    rejoin_as: tuple[str, int] | None = None,
 ) -> tuple[int, int, tuple[str, int]]:
-    """Take a rank slot; returns (rank, size, the address the relay saw us come from)."""
+    """Take a rank slot; returns (rank, size, the address the relay saw us come from).
+
+    `rejoin_as`: this rank is taking its slot again on a relay that restarted
+    (the launcher re-created the job with ``resume``); the value is the
+    address the first relay observed it at, which peers still punch to.
+    """
     body: dict[str, Any] = {
         "job": job, "token": token, "rank": rank, "incarnation": incarnation, "endpoints": [list(e) for e in endpoints],
         "heartbeat": True,  # this rank beats once its world is out: the relay may count silence as death
     }
     if probe is not None:
         body["probe"] = list(probe)
+    if rejoin_as is not None:
+        body["resume"] = True
+        body["observed"] = list(rejoin_as)
     conn.send(Kind.REGISTER, body)
     try:
         body = conn.expect(Kind.REGISTERED, timeout)

@@ -28,7 +28,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .client import Aborted, RelayConnection, RelayError, parse_relay_url, relay_addresses, relay_scheme
+from .client import Aborted, RelayConnection, RelayError, open_with, parse_relay_url, relay_addresses, relay_scheme
 from .dso_connection import NodeConnection, Pending, SharedObjectError
 from .hash_ring import HashRing
 from .protocol import Kind, encode
@@ -423,17 +423,7 @@ class DsoHost:
             threading.Thread(target=self._keep, args=(url,), name="fmpi-dso-host", daemon=True).start()
 
     def _host(self, url: str) -> RelayConnection:
-        conn = RelayConnection(url, timeout=self._timeout)
-        try:
-            conn.send(Kind.DSO_CREATE, {"job": self.job, "token": self._token})
-            conn.expect(Kind.CREATED, self._timeout)
-        except socket.timeout:
-            conn.close()
-            raise RelayError(f"the relay at {url} did not answer DSO_CREATE in time", "timeout") from None
-        except BaseException:
-            conn.close()
-            raise
-        return conn
+        return open_with(url, Kind.DSO_CREATE, {"job": self.job, "token": self._token}, self._timeout)
 
     def _keep(self, url: str) -> None:
         """Follow one node's connection; when the node restarts, host the job there again once it is back."""

@@ -37,9 +37,9 @@ class DsoCollectives:
     in: a round that completed just before the restart, but whose result
     some rank never received, completes again from the replays, and nothing
     is counted twice. The replays need each object's last contribution, so
-    with several nodes a rank keeps a copy of it (with one node there is no
-    restart to survive: it holds the job itself). `recover_within` bounds the
-    wait for a node to come back.
+    a rank keeps a copy of it. The first node holds the job itself: after
+    its restart the launcher creates the job there again, and ranks retry
+    until it has. `recover_within` bounds the wait for a node to come back.
 
     The client connects on first use: creating this costs nothing.
     """
@@ -62,11 +62,10 @@ class DsoCollectives:
         self.piece = piece
         self.recover_within = recover_within
         self.calls: dict[str, int] = {}
-        # object name -> [its last call this rank completed, its call in flight], as calls to replay
-        # (None: one node, nothing to replay; see _recover)
-        self._journal: dict[str, list[Start | None]] | None = {} if len(self.client.addresses) > 1 else None
+        # object name -> [its last call this rank completed, its call in flight], as calls to replay (see _recover)
+        self._journal: dict[str, list[Start | None]] = {}
         self._journal_lock = threading.Lock()
-        self._hangups: HangupWatch | None = None  # (started with the first call, with several nodes)
+        self._hangups: HangupWatch | None = None  # (started with the first call)
 
     def _finish(self, name: str, start: Start, pending: Pending | None = None, deadline: float | None = None) -> Any:
         """Wait for the call `start` makes (or made: `pending`), repeating it while the server times it out
@@ -79,7 +78,7 @@ class DsoCollectives:
                     raise
                 # the server gave up waiting, not the job: arrive again (idempotent)
             except SharedObjectError as exc:
-                if exc.code != "lost" or self._journal is None:
+                if exc.code != "lost":
                     raise
                 self._recover(self.client.ring.node(name))
             pending = None
@@ -93,15 +92,13 @@ class DsoCollectives:
         try:
             return start(self._left(deadline))
         except SharedObjectError as exc:
-            if exc.code != "lost" or self._journal is None:
+            if exc.code != "lost":
                 raise
             return None
 
     # ---------------------------------------------------- node restarts
     def _begin(self, name: str, replay: Start) -> None:
         """A call on `name` starts; `replay` repeats it."""
-        if self._journal is None:
-            return
         if self._hangups is None:
             self._watch_hangups()
         with self._journal_lock:
@@ -109,9 +106,8 @@ class DsoCollectives:
 
     def _end(self, name: str, replay: Start) -> None:
         """The call on `name` completed (its result is here); `replay` repeats it without the caller's buffers."""
-        if self._journal is not None:
-            with self._journal_lock:
-                self._journal[name] = [replay, None]
+        with self._journal_lock:
+            self._journal[name] = [replay, None]
 
     def _watch_hangups(self) -> None:
         with self._journal_lock:
@@ -134,7 +130,6 @@ class DsoCollectives:
         node just now): both are replayed. A round completes once every rank
         has replayed or repeated it, and nobody counts twice.
         """
-        assert self._journal is not None
         if not self.client.reconnect(node, self.recover_within, lost):
             return
         with self._journal_lock:
@@ -182,9 +177,8 @@ class DsoCollectives:
         pending = [self._try(start, deadline) for start in starts]
         for i, start in enumerate(starts):
             self._finish(names[i], start, pending[i], deadline)
-        if self._journal is not None:
-            for i, (lo, hi) in enumerate(bounds):
-                self._end(names[i], starter(i, src[lo:hi].copy(), None))  # (the caller may reuse its buffers now)
+        for i, (lo, hi) in enumerate(bounds):
+            self._end(names[i], starter(i, src[lo:hi].copy(), None))  # (the caller may reuse its buffers now)
         self.calls["allreduce"] = self.calls.get("allreduce", 0) + 1
 
     def close(self) -> None:

@@ -16,6 +16,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from ..byteparts import sendmsg_all
 from .client import Aborted, RelayConnection, RelayError
 from .protocol import (
     HEADER_SIZE,
@@ -135,14 +136,7 @@ class NodeConnection:
                 for part in parts:
                     self.sock.sendall(part)
             return
-        parts = [memoryview(p) for p in parts]
-        while parts:
-            sent = self.sock.sendmsg(parts)
-            while parts and sent >= len(parts[0]):
-                sent -= len(parts[0])
-                parts.pop(0)
-            if parts and sent:
-                parts[0] = parts[0][sent:]
+        sendmsg_all(self.sock, [memoryview(p) for p in parts])
 
     # ---------------------------------------------------------------- waiting
     def wait(self, pending: Pending, deadline: float | None) -> None:

@@ -32,10 +32,10 @@ MAX_SERVER_FRAME = 64 << 20
 
 class Kind(enum.IntEnum):
     # launcher -> relay
-    CREATE = 1  # create a job and watch its events
+    CREATE = 1  # create a job and watch its events (again, with "resume", after the relay restarted)
     END = 2  # the launcher is done with the job
     # rank -> relay
-    REGISTER = 10
+    REGISTER = 10  # take a rank slot (with "resume": true, take it back on a restarted relay)
     FINISHED = 11  # the rank finalized (with its exit code, and its link statistics)
     OUTPUT = 12  # a chunk of the rank's stdout/stderr, forwarded to the launcher
     OBSERVE = 13  # before REGISTER: where does the relay see this connection come from?
@@ -47,7 +47,7 @@ class Kind(enum.IntEnum):
     CREATED = 30
     REGISTERED = 31
     WORLD = 32
-    EVENT = 33  # job progress for the launcher: joined, world, finished, lost, output, link
+    EVENT = 33  # job progress for the launcher: joined, world, finished, lost, output, link, rejoined
     ERROR = 34  # a request was refused, or the job failed; `code` says which
     UNDELIVERABLE = 35  # a FORWARD could not reach its rank (it finished, or is gone)
     PEER_LOST = 36  # a member of the job left without finalizing
@@ -66,7 +66,9 @@ class ProtocolError(Exception):
     """Bytes that are not a valid frame of this protocol."""
 
 
-# Required fields per client request and their types. Anything else is ignored.
+# Required fields per client request and their types. Anything else is ignored
+# here; optional fields (CREATE's and REGISTER's "resume", REGISTER's "probe",
+# "observed", "heartbeat", FINISHED's "links", ...) are checked where they are used.
 _FIELDS: dict[Kind, dict[str, type | tuple[type, ...]]] = {
     Kind.CREATE: {"job": str, "token": str, "size": int, "fill_timeout": (int, float)},
     Kind.END: {"job": str},

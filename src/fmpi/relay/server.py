@@ -30,7 +30,10 @@ and call methods of objects the relay hosts (``server_dso.py``).
 
 What the relay keeps per connection and job is in ``server_records.py``;
 what happens to jobs (create, register, world, abort, end, lost ranks,
-heartbeats) in ``server_jobs.py``. This module reads the connections.
+heartbeats) in ``server_jobs.py``; how a job survives a restart of this
+relay (re-created with ``resume``, its ranks rejoin, chunks to ranks not back
+yet are held for them) in ``server_resume.py``. This module reads the
+connections.
 
 TLS: with an ``ssl_context`` (``fmpi-relay --tls-cert/--tls-key``) the main
 port speaks TLS only (clients use ``tls://host:port``). A handshake gets
@@ -69,6 +72,7 @@ from .protocol import (
 from .server_dso import DsoServing
 from .server_jobs import JobLifecycle
 from .server_records import Connection, Job, Member, Refused
+from .server_resume import absent_reason
 
 LINK_KINDS = ("direct", "punched", "relayed")
 
@@ -93,6 +97,7 @@ class RelayServer(JobLifecycle, DsoServing):
         forward_stall_timeout: float = 30.0,
         lost_notice_delay: float = 1.0,
         heartbeat_timeout: float = 4.0,
+        rejoin_hold_bytes: int = 1 << 20,
         dso_max_value: int = 64 << 20,
         dso_job_bytes: int = 256 << 20,
         ssl_context: ssl.SSLContext | None = None,
@@ -113,6 +118,8 @@ class RelayServer(JobLifecycle, DsoServing):
         # (its host vanished, or it hangs with its progress thread stopped).
         self.heartbeat_timeout = heartbeat_timeout
         self._heartbeats: asyncio.Task | None = None
+        # What a resumed job keeps of the chunks relayed to one rank before it rejoined.
+        self.rejoin_hold_bytes = rejoin_hold_bytes
         self.max_jobs = max_jobs
         self.max_job_size = max_job_size
         self.max_frame = max_frame
@@ -236,9 +243,14 @@ class RelayServer(JobLifecycle, DsoServing):
         if len(payload) < FORWARD_RANK.size:
             raise ProtocolError("FORWARD frame without a rank")
         (dest,) = FORWARD_RANK.unpack_from(payload)
+        chunk = memoryview(payload)[FORWARD_RANK.size :]
+        if self._hold(job, role.rank, dest, chunk):  # (a rank of a resumed job, not back yet)
+            return
         target = job.members.get(dest)
         reason = None
-        if target is None or dest == role.rank:
+        if target is None:
+            reason = absent_reason(job, dest)
+        elif dest == role.rank:
             reason = "unknown"
         elif target.finished is not None:
             reason = "finished"
@@ -251,7 +263,7 @@ class RelayServer(JobLifecycle, DsoServing):
                 role.conn.send(Kind.UNDELIVERABLE, {"rank": dest, "reason": reason, "message": f"rank {dest} {what}"})
             return
         conn = target.conn
-        conn.forward(role.rank, memoryview(payload)[FORWARD_RANK.size :])
+        conn.forward(role.rank, chunk)
         if conn.backlog() > self.forward_high_water:
             try:
                 await asyncio.wait_for(conn.writer.drain(), self.forward_stall_timeout)

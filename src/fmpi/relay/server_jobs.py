@@ -2,6 +2,8 @@
 
 A mixin of ``RelayServer`` (``server.py``), which reads the frames and calls
 these; here is what each request or loss does to the job and who is told.
+A job re-created after this relay restarted (CREATE with ``resume``) takes
+its ranks back as they rejoin: ``server_resume.py``.
 """
 
 from __future__ import annotations
@@ -12,13 +14,14 @@ import time
 from typing import Any
 
 from ..ranges import describe_ranks
-from .protocol import Kind, abort_body, encode, parse_endpoint, parse_endpoints
+from .protocol import Kind, abort_body, encode
 from .server_records import Connection, Job, Member, Refused, live_job
+from .server_resume import JobResumption, parse_resume, wants_rejoin
 
 log = logging.getLogger("fmpi.relay")
 
 
-class JobLifecycle:
+class JobLifecycle(JobResumption):
     """The jobs of a relay and what happens to them (see the module docstring)."""
 
     jobs: dict[str, Job]
@@ -39,11 +42,16 @@ class JobLifecycle:
             raise Refused("job_exists", f"job {job_id!r} already exists on this relay")
         if len(self.jobs) >= self.max_jobs:
             raise Refused("limit", f"this relay already holds {self.max_jobs} jobs")
+        raw_resume = None if dso_only else body.get("resume")
+        resume = parse_resume(raw_resume, job_id, size) if raw_resume is not None else None
         job = Job(job_id, body["token"], size, time.monotonic(), conn, dso_only=dso_only)
         self.jobs[job_id] = job
         if dso_only:
             conn.send(Kind.CREATED, {"job": job_id, "dso_only": True})
             log.info("job %s created (shared objects only)", job_id)
+            return job
+        if resume is not None:
+            self._resume_job(job, resume)
             return job
         fill_timeout = float(body["fill_timeout"])
         job.fill_timer = asyncio.get_running_loop().call_later(fill_timeout, self._fill_expired, job, fill_timeout)
@@ -55,6 +63,14 @@ class JobLifecycle:
         job = live_job(self.jobs, body)
         if job.dso_only:
             raise Refused("unknown_job", f"job {job.id!r} only has shared objects on this relay; ranks register at its rendezvous relay")
+        if wants_rejoin(body):
+            return job, self._rejoin(conn, job, body)
+        if job.resumed is not None:
+            raise Refused(
+                "duplicate",
+                f"the world of job {job.id!r} is already complete (the job resumed after a relay restart); "
+                "only its live ranks may register again, with resume",
+            )
         rank = body["rank"]
         if rank == -1:  # "any free slot": ranks joined by hand need not pick one
             missing = job.missing()
@@ -70,13 +86,12 @@ class JobLifecycle:
                 f"rank {rank} of job {job.id!r} is already registered (incarnation {other.incarnation!r}); "
                 f"this duplicate (incarnation {body['incarnation']!r}) is refused",
             )
-        probe = parse_endpoint(body["probe"]) if body.get("probe") is not None else None
-        member = Member(rank, body["incarnation"], conn, parse_endpoints(body["endpoints"]), conn.peer, probe)
-        member.beats = body.get("heartbeat") is True
-        member.last_heard = asyncio.get_running_loop().time()
+        member = Member.registered(conn, rank, body, conn.peer, asyncio.get_running_loop().time())
         job.members[rank] = member
         conn.send(Kind.REGISTERED, {"rank": rank, "size": job.size, "observed": list(conn.peer)})
-        job.watcher.send(Kind.EVENT, {"type": "joined", "rank": rank, "joined": len(job.members), "size": job.size})
+        # The incarnation lets the launcher re-create the job (resume) if this relay restarts.
+        event = {"type": "joined", "rank": rank, "joined": len(job.members), "size": job.size, "incarnation": member.incarnation}
+        job.watcher.send(Kind.EVENT, event)
         if len(job.members) == job.size:
             self._publish_world(job)
         return job, member
@@ -142,6 +157,7 @@ class JobLifecycle:
         job.over = True
         if job.fill_timer is not None:
             job.fill_timer.cancel()
+        self._stop_resuming(job)
         self.jobs.pop(job.id, None)
         job.free_objects("job_over", f"job {job.id!r} ended")
         for session in list(job.dso_sessions):
@@ -173,7 +189,7 @@ class JobLifecycle:
             # After a short grace, so that a launcher that sees the process die
             # names that as the cause (and aborts the job) before the ranks
             # stumble on the missing peer.
-            asyncio.get_running_loop().call_later(self.lost_notice_delay, self._notify_lost, job, role)
+            asyncio.get_running_loop().call_later(self.lost_notice_delay, self._notify_lost, job, role.rank)
 
     async def _watch_heartbeats(self) -> None:
         """Every second: beat to every rank, and cut off ranks silent for ``heartbeat_timeout``.
@@ -207,9 +223,10 @@ class JobLifecycle:
                     else:
                         m.conn.send(Kind.HEARTBEAT, {})
 
-    def _notify_lost(self, job: Job, lost: Member) -> None:
+    def _notify_lost(self, job: Job, lost: int) -> None:
+        """Tell every member still connected that rank `lost` is gone."""
         if job.over or job.aborted:
             return
         for m in job.members.values():
-            if m is not lost and not m.left:
-                m.conn.send(Kind.PEER_LOST, {"rank": lost.rank})
+            if m.rank != lost and not m.left:
+                m.conn.send(Kind.PEER_LOST, {"rank": lost})

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .dso import Store
-from .protocol import Kind, dso_head, encode, forward_header
+from .protocol import Kind, dso_head, encode, forward_header, parse_endpoint, parse_endpoints
 
 log = logging.getLogger("fmpi.relay")
 
@@ -88,6 +88,15 @@ class Member:
     beats: bool = False  # it said at REGISTER that it sends heartbeats (so silence means trouble)
     silent_for: float | None = None  # set when dropped for silence
 
+    @classmethod
+    def registered(cls, conn: Connection, rank: int, body: dict[str, Any], observed: tuple[str, int], now: float) -> "Member":
+        """The member a REGISTER body (already checked by ``protocol.decode_body``) makes, heard at loop time `now`."""
+        probe = parse_endpoint(body["probe"]) if body.get("probe") is not None else None
+        member = cls(rank, body["incarnation"], conn, parse_endpoints(body["endpoints"]), observed, probe)
+        member.beats = body.get("heartbeat") is True
+        member.last_heard = now
+        return member
+
 
 @dataclass(eq=False)
 class DsoSession:
@@ -95,6 +104,21 @@ class DsoSession:
 
     conn: Connection
     pending: set[asyncio.Future] = field(default_factory=set)
+
+
+@dataclass(eq=False)
+class Resumption:
+    """What a job re-created after a relay restart still waits for (see ``server_resume.py``)."""
+
+    expected: dict[int, str]  # rank -> incarnation, until it rejoins or the rejoin timer gives up on it
+    finished: dict[int, int]  # rank -> exit code, of the ranks that finished before the restart
+    rejoin_timeout: float
+    lost: dict[int, str] = field(default_factory=dict)  # rank -> incarnation, of expected ranks that did not rejoin in time
+    # rank -> the (source, chunk) relayed to it before it rejoined, in order
+    held: dict[int, list[tuple[int, bytes]]] = field(default_factory=dict)
+    held_bytes: dict[int, int] = field(default_factory=dict)
+    overflowed: set[int] = field(default_factory=set)  # ranks whose held chunks passed the limit: no more are held
+    timer: asyncio.TimerHandle | None = None
 
 
 @dataclass(eq=False)
@@ -112,6 +136,7 @@ class Job:
     dso_only: bool = False  # created by DSO_CREATE: hosts shared objects, has no rank slots
     dso: Store | None = None  # its shared objects on this relay (made on first use)
     dso_sessions: set[DsoSession] = field(default_factory=set)
+    resumed: Resumption | None = None  # re-created by its launcher after this relay restarted
 
     def missing(self) -> list[int]:
         return [r for r in range(self.size) if r not in self.members]

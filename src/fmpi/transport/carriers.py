@@ -64,6 +64,37 @@ class CarrierMixin:
             self._relay_handler = handler
         self._loop.call_soon(lambda: self._register_relay(channel))
 
+    def replace_relay(self, sock: socket.socket, leftover: bytes = b"") -> None:
+        """The job's relay restarted and this rank has registered again on `sock`: carry on over it.
+
+        Whatever the old relay held is gone: the control frames it had not
+        passed on, and the relayed streams' frames in flight. Every relayed
+        pair therefore exchanges RESUME again through the new relay (the
+        relay holds a RESUME for a peer that has not rejoined yet), and each
+        side resends what the other has not acknowledged; sequence numbers
+        drop what arrives twice. Direct links never noticed the restart.
+        """
+        channel = RelayChannel(
+            sock, on_forward=self._on_forward, on_control=self._on_relay_control, leftover=leftover,
+            chunk=self.options.relay_chunk,
+        )
+        self._loop.call_soon(lambda: self._adopt_relay(channel))
+
+    def _adopt_relay(self, channel: RelayChannel) -> None:
+        """Progress thread: switch to the rejoined relay connection (see ``replace_relay``)."""
+        with self._lock:
+            old, self._relay = self._relay, channel
+            # Frames the old relay cut off half way are resent whole: start every relayed stream afresh.
+            self._relay_asm.clear()
+        if old is not None:
+            old.sock.close()
+        self._register_relay(channel)
+        with self._lock:
+            for peer in self._peers.values():
+                if peer.state is PeerState.RELAYED:
+                    self._repost_inflight(peer.rank)
+                    self._go_relay_locked(peer)
+
     def has_relay(self) -> bool:
         return self._relay is not None
 

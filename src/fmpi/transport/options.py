@@ -13,6 +13,8 @@ experiment overrides from the environment:
     FMPI_HEARTBEAT_TIMEOUT=S               the relay counts as gone after S of silence (default 4)
     FMPI_TIMEOUT=S                         a blocking operation fails after S, every rank says what it
                                            waits for (hang diagnosis; default: wait forever)
+    FMPI_RELAY_REJOIN=S                    after losing the job's relay, wait this long for it to come back
+                                           (a restart) before giving up (default 30; 0: give up at once)
     FMPI_SPIN_US=US                        a blocking wait polls this many microseconds before it sleeps
                                            (0: never; default: spinning.default_spin)
     FMPI_DEBUG_LINKS=1                     trace link set-up and failover on stderr
@@ -39,6 +41,7 @@ _ENV = {
     "direct_timeout": "FMPI_DIRECT_TIMEOUT",
     "heartbeat_timeout": "FMPI_HEARTBEAT_TIMEOUT",
     "op_timeout": "FMPI_TIMEOUT",
+    "relay_rejoin": "FMPI_RELAY_REJOIN",
 }
 
 
@@ -62,6 +65,7 @@ class TransportOptions:
     heartbeat_timeout: float = 4.0  # ... and counts the relay as gone after this long without a word from it
     lost_grace: float = 0.5  # a peer the relay says is lost but whose link is still open gets this long to EOF
     op_timeout: float | None = None  # FMPI_TIMEOUT: blocking operations fail after this (hang.py)
+    relay_rejoin: float = 30.0  # the job's relay may be gone this long (restarting) before the rank gives up; 0: never wait
     spin: float = field(default_factory=default_spin)  # FMPI_SPIN_US: poll before sleeping in a wait (spinning.py)
 
     def __post_init__(self) -> None:
@@ -72,6 +76,9 @@ class TransportOptions:
             if f.name == "spin":
                 if not value >= 0:
                     raise ValueError(f"FMPI_SPIN_US must be 0 or more microseconds, not {value * 1e6!r}")
+            elif f.name == "relay_rejoin":
+                if not value >= 0:
+                    raise ValueError(f"FMPI_RELAY_REJOIN must be 0 or more seconds, not {value!r}")
             elif f.name != "channel" and value is not None and not value > 0:
                 raise ValueError(f"transport option {f.name} must be positive, not {value!r}")
 

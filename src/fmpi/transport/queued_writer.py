@@ -18,17 +18,7 @@ import ssl
 import threading
 from collections import deque
 
-
-def advance_parts(parts: list[memoryview], n: int) -> list[memoryview]:
-    """Drop the first `n` bytes of a list of buffers."""
-    i = 0
-    while i < len(parts) and n >= len(parts[i]):
-        n -= len(parts[i])
-        i += 1
-    rest = parts[i:]
-    if rest and n:
-        rest[0] = rest[0][n:]
-    return rest
+from ..byteparts import advance_parts
 
 
 class QueuedWriter:
