@@ -43,8 +43,9 @@ def test_a_peer_that_registered_then_died_is_reported_and_the_rest_goes_on(nat_j
 
 
 def test_a_relay_that_vanishes_during_punching_ends_every_rank_promptly(nat_job: LabJobs):
-    # Symmetric NATs and a forced, endless punch: both ranks are punching when the relay dies.
-    env = {"FMPI_CHANNEL": "punch", "FMPI_PUNCH_TIMEOUT": "60"}
+    # Symmetric NATs and a forced, endless punch: both ranks are punching when the relay dies
+    # (for good: ranks wait FMPI_RELAY_REJOIN for a restart, then end).
+    env = {"FMPI_CHANNEL": "punch", "FMPI_PUNCH_TIMEOUT": "60", "FMPI_RELAY_REJOIN": "1"}
     job = nat_job.start_roles(["s1", "s2"], [["send-forever", "1"], ["send-forever", "0"]], env=env)
     for r in (0, 1):
         job.wait_for_line(r, "sending", 30)

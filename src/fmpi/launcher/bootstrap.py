@@ -232,7 +232,9 @@ def join(spec: RankSpec, connect_timeout: float = 10.0, options: TransportOption
     if options is None:
         try:
             # The spec's channel (fmpirun --channel; a Lambda event has no environment) wins.
-            forced = {"channel": spec.channel} if spec.channel else {}
+            forced: dict[str, Any] = {"channel": spec.channel} if spec.channel else {}
+            if spec.rejoin is not None:
+                forced["relay_rejoin"] = spec.rejoin
             options = TransportOptions.from_env(connect_timeout=connect_timeout, **forced)
         except ValueError as exc:
             raise SpecError(str(exc)) from None

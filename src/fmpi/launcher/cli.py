@@ -143,7 +143,10 @@ def _launch(args: argparse.Namespace) -> int:
         elif args.verbose and kind == "link":
             log(describe_event(body))
 
-    job = Job(relay_url, args.n, args.fill_timeout, on_output=_print_output, on_event=on_event, channel=args.channel or "")
+    job = Job(
+        relay_url, args.n, args.fill_timeout, on_output=_print_output, on_event=on_event, channel=args.channel or "",
+        embedded_relay=relay is not None,
+    )
     if args.verbose:
         log(f"job {job.id}: {args.n} ranks, relay {display_url(relay_url)}")
     objects = None

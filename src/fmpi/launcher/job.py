@@ -58,8 +58,10 @@ class Job:
         on_output: Callable[[int, str, str], None] | None = None,
         on_event: Callable[[str, dict], None] | None = None,
         channel: str = "",
+        embedded_relay: bool = False,
     ) -> None:
         self.relay_url = relay_url
+        self.embedded_relay = embedded_relay  # the relay runs in this process: it cannot restart without us
         self.size = size
         self.fill_timeout = fill_timeout
         self.channel = channel
@@ -77,7 +79,7 @@ class Job:
             self._redis = RedisJob(relay_url, self.id, self.token, size, fill_timeout, self._on_redis_event)
             return
         # A relay that restarts mid-job gets the job again (resume) if it is back within this long.
-        self._rejoin_within = TransportOptions.from_env().relay_rejoin
+        self._rejoin_within = 0.0 if embedded_relay else TransportOptions.from_env().relay_rejoin
         self._conn = self._create()
         self._thread = threading.Thread(target=self._follow, name="fmpi-job-events", daemon=True)
         self._thread.start()
@@ -120,7 +122,10 @@ class Job:
         return False
 
     def spec(self, rank: int) -> RankSpec:
-        return RankSpec(self.id, rank, self.size, self.relay_url, self.token, fill_timeout=self.fill_timeout, channel=self.channel)
+        return RankSpec(
+            self.id, rank, self.size, self.relay_url, self.token, fill_timeout=self.fill_timeout, channel=self.channel,
+            rejoin=0.0 if self.embedded_relay else None,
+        )
 
     def abort(self, code: int, reason: str) -> None:
         try:

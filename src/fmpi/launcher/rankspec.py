@@ -62,6 +62,9 @@ class RankSpec:
     incarnation: str = field(default_factory=lambda: uuid.uuid4().hex)
     fill_timeout: float = DEFAULT_FILL_TIMEOUT
     channel: str = ""  # FMPI_CHANNEL for the rank ("" = the rank's own environment, else auto)
+    # How long to wait for a relay that went away (FMPI_RELAY_REJOIN); None: the rank's own setting.
+    # fmpirun says 0 when the relay runs inside it: a relay that dies with its launcher never comes back.
+    rejoin: float | None = None
 
     def __post_init__(self) -> None:
         if not self.job:
@@ -82,23 +85,25 @@ class RankSpec:
             raise SpecError("job token is missing or too short")
         if self.fill_timeout <= 0:
             raise SpecError(f"fill timeout must be positive, not {self.fill_timeout}")
+        if self.rejoin is not None and not self.rejoin >= 0:
+            raise SpecError(f"rejoin time must be 0 or more seconds, not {self.rejoin}")
 
     # -- environment --------------------------------------------------------
     def to_env(self) -> dict[str, str]:
         # An empty channel is left out: it must not mask FMPI_CHANNEL set by the user.
-        return {ENV_PREFIX + k.upper(): str(v) for k, v in asdict(self).items() if v != ""}
+        return {ENV_PREFIX + k.upper(): str(v) for k, v in asdict(self).items() if v != "" and v is not None}
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> "RankSpec | None":
         """The spec fmpirun put in the environment, or None when not launched by fmpirun."""
         if ENV_PREFIX + "JOB" not in env:
             return None
-        raw = {k: env.get(ENV_PREFIX + k.upper()) for k in ("job", "rank", "size", "relay", "token", "incarnation", "fill_timeout", "channel")}
+        raw = {k: env.get(ENV_PREFIX + k.upper()) for k in ("job", "rank", "size", "relay", "token", "incarnation", "fill_timeout", "channel", "rejoin")}
         return cls.from_mapping(raw, "environment")
 
     # -- Lambda event -------------------------------------------------------
     def to_event(self) -> dict[str, Any]:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if v is not None}
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any], where: str = "event") -> "RankSpec":
@@ -115,6 +120,7 @@ class RankSpec:
                 incarnation=str(raw.get("incarnation") or uuid.uuid4().hex),
                 fill_timeout=float(raw.get("fill_timeout") or DEFAULT_FILL_TIMEOUT),
                 channel=str(raw.get("channel") or "").strip().lower(),
+                rejoin=None if raw.get("rejoin") in (None, "") else float(raw["rejoin"]),
             )
         except (TypeError, ValueError) as exc:
             if isinstance(exc, SpecError):

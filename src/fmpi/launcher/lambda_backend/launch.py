@@ -166,7 +166,7 @@ class _Launch:
                 raise UsageError(f"cannot start the relay on {host}:{port}: {exc}") from None
             relay_url = "tcp://{}:{}".format(*relay.address)
         try:
-            return self._run_job(target, lam, cfg, program, relay_url)
+            return self._run_job(target, lam, cfg, program, relay_url, embedded_relay=relay is not None)
         finally:
             if relay is not None:
                 relay.stop()
@@ -217,14 +217,16 @@ class _Launch:
         )
 
     # ------------------------------------------------------------------ job
-    def _run_job(self, target: Target, lam, cfg: FunctionConfig, program: Program, relay_url: str) -> int:
+    def _run_job(
+        self, target: Target, lam, cfg: FunctionConfig, program: Program, relay_url: str, embedded_relay: bool = False
+    ) -> int:
         args = self.args
         progress = _Progress(self.size, self.verbose)
         printer = _Printer(args.tag_output, progress)
         watcher = _Watcher(self.size, progress)
         job = Job(
             relay_url, self.size, args.fill_timeout, on_output=watcher.output(printer), on_event=watcher.event,
-            channel=getattr(args, "channel", None) or "",
+            channel=getattr(args, "channel", None) or "", embedded_relay=embedded_relay,
         )
         job.on_change = watcher.changed
         self.note(f"job {job.id}: {self.size} ranks, relay {display_url(relay_url)}")
