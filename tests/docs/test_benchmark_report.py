@@ -27,13 +27,15 @@ def test_quick_report(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     report = (out / "report.md").read_text()
-    for heading in ("# fmpi benchmark report", "## Point-to-point", "## Collectives", "## Applications"):
+    for heading in ("# fmpi benchmark report", "## Targets", "## Point-to-point", "## Collectives", "## Applications"):
         assert heading in report, f"missing {heading!r}"
     # p2p: latency and bandwidth tables for the four backends, 0 B to 64 MiB, and the two targets.
     assert "| size | raw socket lat µs | fmpi lat µs | MPICH tcp lat µs | MPICH shm lat µs |" in report
     assert "| size | raw socket MB/s | fmpi MB/s | MPICH tcp MB/s | MPICH shm MB/s | fmpi/raw |" in report
     assert "\n| 0 | " in report and f"\n| {64 << 20} | " in report
     assert "≤ 2× raw socket" in report and "≥ 80 % of raw socket" in report
+    hello = next(line for line in report.splitlines() if line.startswith("| `fmpirun -n 4` hello world"))
+    assert hello.endswith(("| yes |", "| no |")) and " s |" in hello, hello
     # Collectives at N = 2, 4, 8, each of the five, with numbers (not "—") for every backend.
     for n in (2, 4, 8):
         assert f"### N = {n}" in report
