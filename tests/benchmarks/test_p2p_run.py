@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -45,3 +46,14 @@ def test_run_py_prints_both_tables_for_every_backend():
     assert [int(row.split("|")[1]) for row in latency_rows] == sizes
     for row in latency_rows:
         assert all(float(cell) > 0 for cell in row.strip("|").split("|")[1:5]), row
+
+
+@pytest.mark.parametrize("placement", [[], ["--same-cpu"]])
+def test_raw_socket_runs_pinned_apart_and_on_one_cpu(placement):
+    raw = SCRIPT.parent / "raw_socket.py"
+    proc = subprocess.run([sys.executable, str(raw), "--max-size", "64", "--seconds", "0.01", *placement],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert [json.loads(row)["size"] for row in rows] == [0, 1, 2, 4, 8, 16, 32, 64]
+    assert all(json.loads(row)["latency_us"] > 0 for row in rows)
