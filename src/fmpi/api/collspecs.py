@@ -99,7 +99,7 @@ def _buffer(buf: Any, writable: bool, dtype_spec: Any) -> tuple[memoryview, Data
 
 def simple(spec: Any, writable: bool, blocks: int = 0) -> Simple:
     """Parse a simple or block spec; `blocks` >= 2 infers a per-block count from the buffer."""
-    if type(spec) is np.ndarray and spec.flags.c_contiguous and (spec.flags.writeable or not writable):
+    if type(spec) is np.ndarray and (flags := spec.flags).c_contiguous and (flags.writeable or not writable):
         # The common case, fast: a whole contiguous array of a predefined type.
         flat = spec.reshape(-1)
         datatype = from_dtype(spec.dtype)

@@ -32,6 +32,7 @@ from ..collectives.options import AllgatherOptions, Layout
 from ..transport.engine import Engine
 from ..transport.requests import TransportError
 from . import exceptions as err
+from . import runtime
 from .collective_buffers import BufferCollectives
 from .collective_objects import ObjectCollectives
 from .comm import Comm
@@ -74,8 +75,6 @@ class Intracomm(ObjectCollectives, BufferCollectives, Comm):
         objects are named after the collective context, so every
         communicator (Split halves, Dups) has its own.
         """
-        from . import runtime
-
         provider = runtime.state.server
         if provider is None or self._engine is None or len(self._group) < 2:
             return None, ""

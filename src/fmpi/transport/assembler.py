@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from .frames import HEADER_SIZE, Header, Kind, unpack_header
+from .frames import DATA, HEADER_SIZE, Header, unpack_header
 
 
 class FrameSink(Protocol):
@@ -55,7 +55,7 @@ class FrameAssembler:
                     header = unpack_header(view, pos)
                     pos += HEADER_SIZE
                     n = header.nbytes
-                    if n and end - pos >= n and header.kind is Kind.DATA:
+                    if n and end - pos >= n and header.kind is DATA:
                         # The small-message path: header and payload in one read,
                         # matched and delivered in one step.
                         self._sink.frame_whole(self, header, view[pos : pos + n])
@@ -102,7 +102,7 @@ class FrameAssembler:
         return self._header is not None or self._hlen > 0
 
     def _begin(self, header: Header) -> None:
-        if header.kind is Kind.DATA and header.nbytes:
+        if header.kind is DATA and header.nbytes:
             self._header = header
             self._off = 0
             self._dest = self._sink.frame_started(self, header)

@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from .assembler import FrameAssembler
 from .carriers import CarrierMixin, RelayHandler  # noqa: F401 - RelayHandler is part of the API
-from .frames import Kind
+from .frames import DATA, Kind
 from .link import Link
 from .linkup import Linker
 from .matching import ANY_SOURCE, Matcher
@@ -122,8 +122,12 @@ class Engine(CarrierMixin, ReceivingMixin, WaitingMixin):
                     raise peer.error
                 if peer.state is PeerState.NONE or (peer.state is PeerState.SETUP and not peer.planned):
                     self._linker.need(peer)
-        queued, done = peer.stream.push(Kind.DATA, tag, context, parts, nbytes, op, sync)
-        self._after_write(queued, done)
+        queued, done = peer.stream.push(DATA, tag, context, parts, nbytes, op, sync)
+        if queued is not None:
+            self._want_write(queued)
+        if done:
+            # Only `op` can be in `done`, and nobody has it yet: no lock to take, no waiter to wake.
+            op.done = True
         return op
 
     def irecv(self, source: int, context: int, tag: int, buffer: memoryview | None) -> RecvOp:
@@ -183,8 +187,8 @@ class Engine(CarrierMixin, ReceivingMixin, WaitingMixin):
 
     def wait_all(self, ops: Iterable[Op], timeout: float | None = None) -> None:
         ops = list(ops)
-        if not all(op.done for op in ops):
-            self._block(lambda: all(op.done for op in ops), ops, timeout, "wait_all")
+        if not _all_done(ops):
+            self._block(lambda: _all_done(ops), ops, timeout, "wait_all")
         for op in ops:
             if op.error is not None:
                 raise op.error
@@ -380,3 +384,11 @@ class Engine(CarrierMixin, ReceivingMixin, WaitingMixin):
         with self._lock:
             self._notify_locked()  # a thread still waiting learns the loop is gone
         self._close_bell()
+
+
+def _all_done(ops: list[Op]) -> bool:
+    # (a loop, not all() over a generator: this runs several times per blocking wait)
+    for op in ops:
+        if not op.done:
+            return False
+    return True

@@ -41,6 +41,8 @@ class Kind(enum.IntEnum):
 
 SEQUENCED = frozenset({Kind.DATA, Kind.BYE, Kind.MATCHED})
 _KINDS: dict[int, Kind] = {int(k): k for k in Kind}  # a dict lookup is ~10x cheaper than Kind(k)
+# Reading an enum member off its class costs ~90 ns (a module global ~8): the hot paths use this alias.
+DATA = Kind.DATA
 
 
 class Flag(enum.IntFlag):
@@ -81,6 +83,6 @@ def unpack_header(data: bytes | bytearray | memoryview, offset: int = 0) -> Head
         raise FrameError(f"unknown frame kind {HEADER.unpack_from(data, offset)[0]}")
     if nbytes > MAX_PAYLOAD:
         raise FrameError(f"frame length {nbytes} exceeds the limit of {MAX_PAYLOAD} bytes")
-    if kind is not Kind.DATA and nbytes:
+    if kind is not DATA and nbytes:
         raise FrameError(f"{kind.name} frame must not carry a payload (got {nbytes} bytes)")
     return Header(kind, flags, source, tag, context, seq, nbytes, ack)

@@ -43,7 +43,7 @@ import threading
 from collections import deque
 from typing import Protocol
 
-from .frames import Flag, FrameError, Kind, pack_header
+from .frames import DATA, Flag, FrameError, Kind, pack_header
 from .requests import SendOp, TransportError
 
 # Plain ints on the hot path (IntFlag arithmetic costs a microsecond a time).
@@ -143,7 +143,7 @@ class Stream:
             flags = 0
             on_write = False
             copied = 0
-            if kind is Kind.DATA:
+            if kind is DATA:
                 if sync:
                     flags |= _SYNC
                     self.sync[seq] = op
