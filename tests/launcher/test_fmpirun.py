@@ -224,9 +224,20 @@ def _sleeping_ranks(program, tmp_path):
     return prog, pids
 
 
+def _sigint_default() -> None:
+    # As at a terminal. (A suite started as a shell's background job inherits SIGINT ignored,
+    # and a process started that way rightly ignores Ctrl-C.)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def _sigint_ignored() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def test_ctrl_c_stops_every_rank(program, tmp_path):
     prog, pids = _sleeping_ranks(program, tmp_path)
-    proc = subprocess.Popen(fmpirun_argv("-n", "3", PY, str(prog)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(fmpirun_argv("-n", "3", PY, str(prog)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_sigint_default)
     wait_for_file(lambda: len(list(pids.iterdir())) == 3, timeout=30)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
@@ -351,8 +362,10 @@ def test_fmpi_timeout_covers_collectives_the_relay_runs(program, request, relay)
     assert "rank 0 (asked by rank" in err and "not in a blocking MPI call" in err, err
 
 
-def test_a_reader_that_goes_away_stops_the_job_quietly(program, tmp_path):
-    # `fmpirun ... | head -1`: once head exits, fmpirun stops the ranks and ends, without a traceback.
+@pytest.mark.parametrize("sigint", [_sigint_default, _sigint_ignored], ids=["foreground", "background-job"])
+def test_a_reader_that_goes_away_stops_the_job_quietly(program, tmp_path, sigint):
+    # `fmpirun ... | head -1`: once head exits, fmpirun stops the ranks and ends, without a traceback,
+    # also when started as a script's background job (SIGINT ignored: its own stop must still work).
     pids = tmp_path / "pids"
     pids.mkdir()
     prog = program(
@@ -367,7 +380,8 @@ def test_a_reader_that_goes_away_stops_the_job_quietly(program, tmp_path):
     )
     head = subprocess.Popen(["head", "-n", "1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     proc = subprocess.Popen(
-        fmpirun_argv("-n", "2", PY, str(prog)), stdout=head.stdin, stderr=subprocess.PIPE, text=True, start_new_session=True
+        fmpirun_argv("-n", "2", PY, str(prog)), stdout=head.stdin, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        preexec_fn=sigint,
     )
     head.stdin.close()
     try:

@@ -92,6 +92,7 @@ def resolve_command(command: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    closed_output.arm()
     try:
         if args.join:
             return _join(args)
