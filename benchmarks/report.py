@@ -12,8 +12,9 @@ Writes DIR/report.md (default benchmarks/results/) with Markdown tables and thes
 The report opens with issue 8's targets, each measured in the run: small-message latency
 against the raw socket, large-message bandwidth against it, and `fmpirun -n 4` hello world
 launch to exit. It runs the existing scripts (benchmarks/p2p/run.py,
-benchmarks/collectives/osu_collectives.py), docs/examples/hello.py and the apps/ templates; ``--quick`` (a few minutes) uses fewer sizes, iterations and smaller
-problems. Numbers from a busy machine are noisy: rerun on a quiet one before quoting them.
+benchmarks/collectives/osu_collectives.py), docs/examples/hello.py and the apps/ templates;
+``--quick`` (a few minutes) uses fewer sizes, iterations and smaller problems. Numbers from a
+busy machine are noisy: rerun on a quiet one before quoting them.
 Needs matplotlib (``pip install -e '.[bench]'``).
 """
 
@@ -25,6 +26,7 @@ import importlib.util
 import os
 import platform
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -84,9 +86,14 @@ def _app_time(stdout: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
+def _without_pythonpath(env: dict[str, str] | os._Environ) -> dict[str, str]:
+    """The environment for mpiexec runs: fmpi's shim on PYTHONPATH would turn mpi4py into fmpi."""
+    return {k: v for k, v in env.items() if k != "PYTHONPATH"}
+
+
 def run_apps(quick: bool, n: int) -> list[dict]:
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    clean = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+    clean = _without_pythonpath(env)
     rows = []
     for app, full, small in APPS:
         row = {"app": app, "n": n}
@@ -111,7 +118,7 @@ HELLO_RANKS = 4
 
 def run_hello(times: int) -> dict[str, list[float]]:
     """Wall seconds of `fmpirun -n 4 python docs/examples/hello.py`, launch to exit, `times` runs (and mpiexec's)."""
-    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    clean = _without_pythonpath(os.environ)
     walls: dict[str, list[float]] = {"fmpi": [], "mpich": []}
     for _ in range(times):
         for name, launcher, env in (("fmpi", "fmpirun", None), ("mpich", "mpiexec", clean)):
@@ -121,13 +128,8 @@ def run_hello(times: int) -> dict[str, list[float]]:
             if proc.returncode != 0:
                 raise SystemExit(f"hello world under {launcher} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
             walls[name].append(time.monotonic() - started)
-    log(f"hello N={HELLO_RANKS}: fmpirun median {_median(walls['fmpi']):.2f} s, mpiexec median {_median(walls['mpich']):.2f} s")
+    log(f"hello N={HELLO_RANKS}: fmpirun median {statistics.median(walls['fmpi']):.2f} s, mpiexec median {statistics.median(walls['mpich']):.2f} s")
     return walls
-
-
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[len(ordered) // 2]
 
 
 # ------------------------------------------------------------------ plots
@@ -255,11 +257,11 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 def targets(runs: dict, hello: dict[str, list[float]]) -> list[str]:
     """Issue 8's three performance targets, each measured in this run, with a verdict."""
-    wall = _median(hello["fmpi"])
+    wall = statistics.median(hello["fmpi"])
     return [
         *p2p_summary(runs),
         f"| `fmpirun -n {HELLO_RANKS}` hello world, launch to exit, ≤ 1 s (median of {len(hello['fmpi'])}; "
-        f"mpiexec {_median(hello['mpich']):.2f} s) | {wall:.2f} s | {'yes' if wall <= 1.0 else 'no'} |",
+        f"mpiexec {statistics.median(hello['mpich']):.2f} s) | {wall:.2f} s | {'yes' if wall <= 1.0 else 'no'} |",
     ]
 
 
