@@ -23,7 +23,7 @@ from ..relay.client import RelayError
 from ..relay.server import RelayThread
 from ..transport.options import TransportOptions
 from ..transport.stats import describe_event
-from . import closed_output
+from . import bytecode, closed_output
 from .job import Job, log
 from .local import SHIM_DIR, _fmpi_root, run_local
 from .rankspec import DEFAULT_FILL_TIMEOUT, RankSpec, SpecError, check_relay_url, display_url
@@ -156,6 +156,7 @@ def _launch(args: argparse.Namespace) -> int:
         if args.print_join:
             outcome_code = _serve_join(job, relay_url)
         else:
+            bytecode.warm()
             outcome = run_local(job, command, args.tag_output)
             if outcome.message:
                 log(outcome.message)

@@ -29,10 +29,14 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Union
 
-import numpy as np
-
 if TYPE_CHECKING:
+    import numpy as np
+
     from .dso import Store
+
+# numpy is imported where a reducer first needs it, not here: fmpirun embeds
+# the relay, and a job that uses no reducer should not pay numpy's import
+# before its ranks start.
 
 MAX_KEY = 1024
 # Completed barrier generations / reducer results remembered for late or retried callers.
@@ -40,19 +44,27 @@ KEEP_GENERATIONS = 1024
 KEEP_ROUNDS = 2
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
-OPS: dict[str, np.ufunc] = {
-    "sum": np.add,
-    "prod": np.multiply,
-    "max": np.maximum,
-    "min": np.minimum,
-    "band": np.bitwise_and,
-    "bor": np.bitwise_or,
-    "bxor": np.bitwise_xor,
-    "land": np.logical_and,
-    "lor": np.logical_or,
-    "lxor": np.logical_xor,
+# op name -> the numpy ufunc that folds it
+OPS: dict[str, str] = {
+    "sum": "add",
+    "prod": "multiply",
+    "max": "maximum",
+    "min": "minimum",
+    "band": "bitwise_and",
+    "bor": "bitwise_or",
+    "bxor": "bitwise_xor",
+    "land": "logical_and",
+    "lor": "logical_or",
+    "lxor": "logical_xor",
 }
 _BITWISE = {"band", "bor", "bxor"}
+
+
+def ufunc(op: str) -> np.ufunc:
+    """The numpy ufunc of a reduction op named in ``OPS``."""
+    import numpy as np
+
+    return getattr(np, OPS[op])
 
 
 class DsoError(Exception):
@@ -76,6 +88,8 @@ def parse_dtype(text: Any) -> np.dtype:
     """A plain numeric dtype from the wire (bool, ints, floats, complex; no objects, no records)."""
     if not isinstance(text, str) or not 0 < len(text) <= 16:
         raise DsoError("bad_request", "dtype must be a short numpy dtype string such as '<f8'")
+    import numpy as np
+
     try:
         dtype = np.dtype(text)
     except (TypeError, ValueError):
@@ -277,14 +291,16 @@ class Reducer(DsoObject):
 
     def _fold(self, rnd: _Round) -> None:
         """Fold the contiguous prefix of ranks that has arrived: always rank 0, 1, 2, ... in order."""
-        ufunc = OPS[rnd.op]
+        import numpy as np
+
+        fold = ufunc(rnd.op)
         while rnd.next in rnd.pending:
             data = rnd.pending.pop(rnd.next)
             x = np.frombuffer(data, dtype=rnd.dtype)
             if rnd.acc is None:
                 rnd.acc = x.copy()  # the held bytes move from `pending` into `acc`
             else:
-                ufunc(rnd.acc, x, out=rnd.acc)
+                fold(rnd.acc, x, out=rnd.acc)
                 self.store.release(len(data))
                 self.nbytes -= len(data)
             rnd.next += 1
@@ -292,7 +308,7 @@ class Reducer(DsoObject):
     def _complete(self, key: int, rnd: _Round) -> Reply:
         del self.rounds[key]
         assert rnd.acc is not None and rnd.next == self.n
-        result = memoryview(rnd.acc.view(np.uint8))  # sent as is, no copy
+        result = memoryview(rnd.acc).cast("B")  # sent as is, no copy
         # the accumulator's bytes stay charged while the result is kept
         for evicted in self.results.add(key, (rnd.dtype, result)):
             self.store.release(len(evicted[1]))

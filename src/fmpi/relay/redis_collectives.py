@@ -273,9 +273,9 @@ class RedisCollectives:
         self, comm_key: str, round: int, rank: int, size: int, send: np.ndarray, op: str, out: np.ndarray,
         deadline: float | None = None,
     ) -> None:
-        from .dso_objects import OPS
+        from .dso_objects import ufunc as ufunc_of
 
-        ufunc = OPS[op]
+        ufunc = ufunc_of(op)
         src = np.ascontiguousarray(send).reshape(-1)
         flat = out.reshape(-1)
         base = f"{self._base(comm_key)}{round}"
