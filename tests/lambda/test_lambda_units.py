@@ -197,10 +197,48 @@ def test_bundle_layout(tmp_path):
         manifest = json.loads(zf.read("fmpi_bundle.json"))
     assert {"app/main.py", "app/pkg/__init__.py", "fmpi/launcher/lambda_backend/handler.py",
             "fmpi/launcher/shim/mpi4py/MPI.py", "fmpi/MPI.py"} <= names
-    assert not any(part in n for n in names for part in (".git/", "__pycache__", "myenv/", ".pyc"))
+    assert not any(part in n for n in names for part in (".git/", "myenv/", "junk"))
+    tag = sys.implementation.cache_tag
+    # every module compiled (the task root is read-only: Python could not cache them there) ...
+    assert {f"app/__pycache__/main.{tag}.pyc", f"app/pkg/__pycache__/__init__.{tag}.pyc",
+            f"fmpi/transport/__pycache__/engine.{tag}.pyc"} <= names
+    py = {n for n in names if n.endswith(".py")}
+    assert {n for n in names if n.endswith(".pyc")} == {
+        f"{n.rpartition('/')[0]}/__pycache__/{n.rpartition('/')[2][:-3]}.{tag}.pyc" for n in py}
     assert not any(n.startswith("numpy/") for n in names)  # vendor=False
     assert modes["app/run.sh"] == 0o755 and modes["app/main.py"] == 0o644
     assert manifest["code_dir"] == "code" and manifest["vendored"] == {}
+
+
+def test_bundle_modules_import_from_a_read_only_task_root_without_compiling(tmp_path):
+    """What a cold start on Lambda does: extract the zip where nothing can be written, import from it."""
+    code = _code(tmp_path)
+    (code / "pkg" / "__init__.py").write_text("VALUE = 42\n")
+    (code / "broken.py").write_text("def (:\n")  # not compilable: left out of the compiled modules, zipped as is
+    bundle = packaging.build_bundle(code, vendor=False, cache_dir=tmp_path / "cache")
+    root = tmp_path / "task"
+    with zipfile.ZipFile(bundle.path) as zf:
+        zf.extractall(root)
+        pyc = zf.read(f"app/pkg/__pycache__/__init__.{sys.implementation.cache_tag}.pyc")
+        assert "app/broken.py" in zf.namelist()
+        assert not any("broken" in n and n.endswith(".pyc") for n in zf.namelist())
+    assert int.from_bytes(pyc[4:8], "little") == 0b01  # PEP 552: hash-based, not checked against the source
+    # sources dated anything (the extractor's choice), and no way to write a cache: imports must use the .pyc
+    for path in root.rglob("*"):
+        os.utime(path, (86400.0 * 365 * 40, 86400.0 * 365 * 40))
+    probe = ("import sys, importlib.util, importlib.machinery as m\n"
+             "compiled = []\n"
+             "orig = m.SourceFileLoader.source_to_code\n"
+             "m.SourceFileLoader.source_to_code = lambda self, data, path, **kw: compiled.append(path) or orig(self, data, path, **kw)\n"
+             "sys.path[:0] = [sys.argv[1] + '/app', sys.argv[1]]\n"
+             "import pkg, fmpi.MPI\n"
+             "assert fmpi.MPI.__file__.startswith(sys.argv[1]), fmpi.MPI.__file__\n"
+             "print(pkg.VALUE, [p for p in compiled if p.startswith(sys.argv[1])])\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # as good as read-only for the import system
+    result = subprocess.run([sys.executable, "-c", probe, str(root)], capture_output=True, text=True, timeout=60, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "42 []", result.stdout
 
 
 def test_bundle_vendors_what_the_runtime_lacks(tmp_path):

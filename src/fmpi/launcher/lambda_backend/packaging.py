@@ -6,6 +6,7 @@ Layout (the zip's root is the function's task root, ``/var/task``)::
     numpy/..., aws_lambda_powertools/..., ...   dependencies copied from this environment
     app/...                  the program's directory (or --code DIR)
     fmpi_bundle.json         what went in
+    .../__pycache__/*.pyc    every .py above, compiled (see below)
 
 The zip is deterministic (sorted entries, fixed timestamps and modes), so the
 same files give the same bytes and the same ``CodeSha256``: deploying
@@ -16,6 +17,14 @@ Lambda's limits: a zip over 50 MB cannot be uploaded with the API call
 itself (``deploy`` sends it through S3, ``s3code``), and the unzipped
 function, layers included, must stay within 250 MB whichever way it comes
 (checked here, before anything is zipped).
+
+The task root is read-only, so Python cannot cache what it compiles there:
+without ``.pyc`` files every cold start would compile fmpi, numpy's Python
+modules and powertools from source again. Each ``.py`` is therefore
+compiled here, by this interpreter (the runtime is this interpreter's
+version, see ``lambda_runtime``), into an unchecked hash-based ``.pyc``
+(PEP 552): used as is, whatever timestamps the extracted files get. A file
+that does not compile is left to fail (or not) where it is imported.
 
 Dependencies are copied from the environment fmpirun runs in, so they must
 suit the Lambda runtime (Linux, same Python version and architecture; for
@@ -30,9 +39,11 @@ import hashlib
 import json
 import os
 import platform
+import py_compile
 import re
 import stat
 import sys
+import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -55,6 +66,7 @@ SKIPPED_DIRS = frozenset(
 )
 CACHE_KEEP = 8  # zips kept in the cache
 ZIP_TIME = (1980, 1, 1, 0, 0, 0)
+CODE_ROOT = "/var/task"  # where Lambda extracts the zip (the function's task root)
 # glibc of the Lambda Python runtimes: python3.9-3.11 run on Amazon Linux 2, later ones on AL2023.
 RUNTIME_GLIBC = {"python3.9": (2, 26), "python3.10": (2, 26), "python3.11": (2, 26)}
 DEFAULT_GLIBC = (2, 34)
@@ -145,7 +157,8 @@ def build_bundle(
             _add_distribution(entries, dist)
     _add_tree(entries, code_dir, CODE_DIR)
     manifest = json.dumps(
-        {"fmpi": _fmpi_version(), "runtime": lambda_runtime(), "code_dir": code_dir.name, "vendored": vendored},
+        {"fmpi": _fmpi_version(), "runtime": lambda_runtime(), "bytecode": sys.implementation.cache_tag,
+         "code_dir": code_dir.name, "vendored": vendored},
         sort_keys=True,
     ).encode()
 
@@ -169,13 +182,21 @@ def build_bundle(
     if not cached:
         tmp = path.with_suffix(f".tmp{os.getpid()}")
         _write_zip(tmp, entries, manifest)
+        files, unzipped = _contents(tmp)
+        if unzipped > limit:  # (only the compiled modules can have pushed it over)
+            tmp.unlink()
+            raise PackagingError(
+                f"the function is too large: {_mb(unzipped)} unzipped with its compiled modules, and Lambda allows "
+                f"at most {_mb(limit)}. Provide dependencies from layers (--layers ARN, with --no-bundle-deps)."
+            )
         os.replace(tmp, path)
         _prune(cache)
     else:
         os.utime(path)
+        files, unzipped = _contents(path)
     zipped = path.stat().st_size
     code_sha256 = base64.b64encode(hashlib.sha256(path.read_bytes()).digest()).decode()
-    return Bundle(path, digest, code_sha256, zipped, unzipped, len(entries) + 1, cached, warnings)
+    return Bundle(path, digest, code_sha256, zipped, unzipped, files, cached, warnings)
 
 
 # ------------------------------------------------------------------- contents
@@ -298,11 +319,43 @@ def _mode(path: Path) -> int:
 
 
 def _write_zip(target: Path, entries: dict[str, Path], manifest: bytes) -> None:
+    compiled = _compile_all(entries)
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED, compresslevel=6) as zf:
-        for arcname in sorted(entries):
-            path = entries[arcname]
-            zf.writestr(_info(arcname, _mode(path)), path.read_bytes())
+        for arcname in sorted(entries.keys() | compiled.keys()):
+            if arcname in compiled:
+                zf.writestr(_info(arcname, 0o644), compiled[arcname])
+            else:
+                path = entries[arcname]
+                zf.writestr(_info(arcname, _mode(path)), path.read_bytes())
         zf.writestr(_info("fmpi_bundle.json", 0o644), manifest)
+
+
+def _compile_all(entries: dict[str, Path]) -> dict[str, bytes]:
+    """arcname of the .pyc -> its bytes, for every .py entry that compiles (see the module docstring)."""
+    compiled: dict[str, bytes] = {}
+    tag = sys.implementation.cache_tag
+    with tempfile.TemporaryDirectory(prefix="fmpi-pyc-") as tmp:
+        out = os.path.join(tmp, "module.pyc")
+        for arcname, path in entries.items():
+            if not arcname.endswith(".py"):
+                continue
+            folder, _, name = arcname.rpartition("/")
+            try:
+                # dfile: tracebacks on Lambda name the file where it is there, not where it was built
+                py_compile.compile(str(path), cfile=out, dfile=f"{CODE_ROOT}/{arcname}", doraise=True,
+                                   invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+            except (py_compile.PyCompileError, SyntaxError, ValueError):
+                continue
+            cache_dir = f"{folder}/__pycache__" if folder else "__pycache__"
+            compiled[f"{cache_dir}/{name[:-3]}.{tag}.pyc"] = Path(out).read_bytes()
+    return compiled
+
+
+def _contents(zip_path: Path) -> tuple[int, int]:
+    """(files, unzipped bytes) of a zip."""
+    with zipfile.ZipFile(zip_path) as zf:
+        infos = zf.infolist()
+        return len(infos), sum(info.file_size for info in infos)
 
 
 def _info(arcname: str, mode: int) -> zipfile.ZipInfo:
