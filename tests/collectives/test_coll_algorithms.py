@@ -455,7 +455,8 @@ def test_table_choices_and_overrides(monkeypatch):
         t = table.tuning()
         assert table.choose("allreduce", t.allreduce_ring_min, 4) == "ring"
         assert table.choose("allreduce", t.allreduce_ring_min - 1, 4) == "recursive_doubling"
-        assert table.choose("allreduce", t.allreduce_ring_min, 2) == "recursive_doubling"
+        assert table.choose("allreduce", t.allreduce_ring_min, 2) == "ring"
+        assert table.choose("allreduce", t.allreduce_ring_min - 1, 8) == "recursive_doubling"
         assert table.choose("allreduce", 1 << 30, 1) == "recursive_doubling"
         assert table.choose("reduce_scatter", 1 << 30, 4, commute=False) == "reduce"
         assert table.choose("bcast", 1 << 30, 4) == "binomial"

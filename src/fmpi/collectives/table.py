@@ -10,11 +10,9 @@
     reduce              binomial                               bytes < reduce_large (default: always), or
                                                                op not commutative
                         ring_gather                            otherwise, N > 2
-    allreduce           recursive_doubling                     bytes < the ring threshold for N, or op not
+    allreduce           recursive_doubling                     bytes < allreduce_ring_min, or op not
                                                                commutative
-                        ring (reduce-scatter + allgather)      otherwise; the threshold is allreduce_ring_min
-                                                               (N = 3, 4), allreduce_ring_min_n2 (N = 2),
-                                                               allreduce_ring_min_wide (N >= 5)
+                        ring (reduce-scatter + allgather)      otherwise
     reduce_scatter      allreduce (recursive doubling)         commutative and bytes < reduce_scatter_ring_min
                         ring                                   commutative otherwise
                         reduce (binomial, then scatter)        op not commutative
@@ -45,10 +43,12 @@ The defaults were measured with ``benchmarks/collectives/osu_collectives.py``
 on one host (2 cores, N = 2..8, loopback TCP), taking the faster algorithm
 over repeated interleaved runs:
 
-- allreduce: the ring overtakes recursive doubling at about 256 KiB for
-  N = 3, 4, but only at about 1 MiB for N = 2 (one exchange either way; the
-  ring only halves the arithmetic) and for N = 8 (2(N-1) ring steps of
-  latency against log2 N);
+- allreduce: the ring overtakes recursive doubling at about 1 MiB for every
+  N tried (2, 3, 4, 8). At N = 2 it is one exchange either way (the ring
+  only halves the arithmetic); at N = 8, 2(N-1) ring steps of latency weigh
+  against log2 N exchanges; at N = 3 and 4, recursive doubling was 30-40 %
+  faster at 256-512 KiB and level at 1-2 MiB (session 6, when four ranks
+  share two cores; an earlier, faster host had put the crossover at 256 KiB);
 - bcast and reduce: on one host every byte costs a kernel copy on the same
   cores, and the pipelined binomial tree moves the fewest bytes in all: it won
   at every size tried (64 KiB - 64 MiB, N = 3, 4, 8) against
@@ -133,9 +133,7 @@ class Tuning:
     segment: int = 1 * MiB  # pipeline segment of ring and tree algorithms
     bcast_large: int = OFF  # scatter_allgather from here (see above: off on one host)
     reduce_large: int = OFF  # ring_gather from here (likewise)
-    allreduce_ring_min: int = 256 * KiB  # N = 3, 4
-    allreduce_ring_min_n2: int = 1 * MiB  # N = 2
-    allreduce_ring_min_wide: int = 1 * MiB  # N >= 5
+    allreduce_ring_min: int = 1 * MiB  # any N
     reduce_scatter_ring_min: int = 256 * KiB  # whole vector
     allgather_ring_min: int = 2 * MiB  # total gathered bytes
     gather_binomial_max: int = 64 * KiB  # total gathered / scattered bytes
@@ -266,8 +264,7 @@ def choose(
     if collective == "reduce":
         return "ring_gather" if commute and nbytes >= t.reduce_large and size > 2 else "binomial"
     if collective == "allreduce":
-        ring_min = t.allreduce_ring_min_n2 if size == 2 else t.allreduce_ring_min if size <= 4 else t.allreduce_ring_min_wide
-        return "ring" if commute and nbytes >= ring_min and size > 1 else "recursive_doubling"
+        return "ring" if commute and nbytes >= t.allreduce_ring_min and size > 1 else "recursive_doubling"
     if collective == "reduce_scatter":
         if not commute:
             return "reduce"

@@ -73,8 +73,6 @@ def use_large_path() -> None:
         bcast_large=0,
         reduce_large=0,
         allreduce_ring_min=0,
-        allreduce_ring_min_n2=0,
-        allreduce_ring_min_wide=0,
         reduce_scatter_ring_min=0,
         allgather_ring_min=0,
         gather_binomial_max=0,
