@@ -123,13 +123,17 @@ def test_every_collective_checks_out(relay, program):
 
 
 def test_eight_ranks_on_two_sharded_relays(relay_pair, tmp_path):
-    """--relay tcp://a,b: rendezvous on a, objects sharded over both (every rank talked to both)."""
+    """--relay tcp://a,b: rendezvous on a, objects sharded over both."""
     url = "tcp://" + ",".join("{}:{}".format(*r.address) for r in relay_pair)
     done = fmpirun(8, PROGRAMS / "check_server_side.py", relay=url)
     verdict(done, "check_server_side -n 8 on two relays")
     assert all(c.get("allreduce", 0) >= 15 for c in server_calls(done.stdout, 8).values())
     nodes = [json.loads(m.group(1)) for m in re.finditer(r"^NODES \d+ (.*)$", done.stdout, re.MULTILINE)]
-    assert len(nodes) == 8 and all(len(x) == 2 for x in nodes), nodes
+    # A rank connects to a node when one of the objects it uses hashes there, and the hash ring is built
+    # from the nodes' (random) ports: one rank may well use one node only. The job as a whole uses both.
+    pair = {"{}:{}".format(*r.address) for r in relay_pair}
+    assert len(nodes) == 8 and all(set(x) <= pair for x in nodes), nodes
+    assert set().union(*map(set, nodes)) == pair, nodes
     assert diff_run("diff_uppercase.py", 8, tmp_path, "sharded", relay=url) == direct("diff_uppercase.py", 8, tmp_path)
 
 
