@@ -244,3 +244,43 @@ def test_waiting_threads_hand_the_links_over_without_losing_a_wake_up(world):
         t.join(60)
     assert not errors, errors
     assert not any(t.is_alive() for t in threads)
+
+
+
+def _hold_link(b: Engine, recv) -> None:
+    """b waits a moment for `recv` (from rank 0), in vain: that wait holds the link to rank 0, and holds
+    are sticky (waiting.py), so b's next wait on rank 0 takes the held-link fast path (held_receive.py)."""
+    with pytest.raises(TransportError, match="timed out"):
+        b.wait(recv, timeout=0.05)
+
+
+def test_a_wait_on_a_held_link_times_out_and_loses_nothing(world):
+    a, b = world(2)
+    a.isend(1, 0, 0, _b(b"link"))
+    b.wait(b.irecv(0, 0, 0, None), timeout=10)
+    late = b.irecv(0, 0, 1, None)
+    _hold_link(b, late)
+    start = time.monotonic()
+    with pytest.raises(TransportError, match="timed out") as info:
+        b.wait(late, timeout=0.3)
+    assert info.value.error_class == "ERR_TIMEOUT" and 0.25 <= time.monotonic() - start < 5
+    a.isend(1, 0, 1, _b(b"late"))
+    b.wait(late, timeout=10)  # the receive is still posted: the message lands in it
+    assert bytes(late.payload) == b"late"
+
+
+def test_a_wait_on_a_held_link_keeps_the_matching_order(world):
+    """An earlier ANY_SOURCE receive matches first, even while a later receive waits on the held link."""
+    from fmpi.transport.matching import ANY_SOURCE
+
+    a, b = world(2)
+    a.isend(1, 0, 0, _b(b"link"))
+    b.wait(b.irecv(0, 0, 0, None), timeout=10)
+    first = b.irecv(ANY_SOURCE, 0, 5, None)
+    second = b.irecv(0, 0, 5, None)
+    _hold_link(b, second)
+    a.isend(1, 0, 5, _b(b"one"))
+    a.isend(1, 0, 5, _b(b"two"))
+    b.wait(second, timeout=10)
+    b.wait(first, timeout=10)
+    assert (bytes(first.payload), bytes(second.payload)) == (b"one", b"two")

@@ -53,13 +53,14 @@ from .requests import Arrived, Op, RecvOp, SendOp, TransportError
 from .routes import Route
 from .receiving import ReceivingMixin
 from .stream import Carrier, Stream
+from .held_receive import HeldReceiveMixin
 from .waiting import WaitingMixin
 
 Endpoint = tuple[str, int]
 
 
 
-class Engine(CarrierMixin, ReceivingMixin, WaitingMixin):
+class Engine(CarrierMixin, ReceivingMixin, WaitingMixin, HeldReceiveMixin):
     """Point-to-point message passing between the ranks of one job."""
 
     def __init__(
@@ -172,6 +173,12 @@ class Engine(CarrierMixin, ReceivingMixin, WaitingMixin):
 
     def wait(self, op: Op, timeout: float | None = None) -> None:
         """Block until `op` completes; raises its error."""
+        if not op.done and op.__class__ is RecvOp and (timeout is not None or self.options.op_timeout is None):
+            # The common case's fast path (held_receive.py); the general wait takes over where it stops.
+            deadline = None if timeout is None else time.monotonic() + timeout
+            self._wait_held(op, deadline)
+            if deadline is not None and not op.done:
+                timeout = max(0.0, deadline - time.monotonic())
         if not op.done:
             self._block(lambda: op.done, (op,), timeout, "wait")
         if op.error is not None:
