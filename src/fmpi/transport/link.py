@@ -30,10 +30,13 @@ import socket
 from .assembler import FrameAssembler, FrameSink
 from .queued_writer import QueuedWriter
 
-STAGE_SIZE = 256 * 1024
-# Below this many outstanding payload bytes we keep going through the stage;
-# above it a direct recv_into the destination saves a copy.
-DIRECT_READ_THRESHOLD = 64 * 1024
+# A read between frames goes to the stage; it must be small, because whatever
+# part of a large payload it takes is copied once more. 32 KiB still holds
+# hundreds of small frames (one syscall for a burst of them).
+STAGE_SIZE = 32 * 1024
+# From this many outstanding payload bytes on, the rest of a payload is read
+# straight into its destination (recv_into), not through the stage.
+DIRECT_READ_THRESHOLD = 32 * 1024
 
 
 class PeerClosed(Exception):
