@@ -284,3 +284,21 @@ def test_a_wait_on_a_held_link_keeps_the_matching_order(world):
     b.wait(second, timeout=10)
     b.wait(first, timeout=10)
     assert (bytes(first.payload), bytes(second.payload)) == (b"one", b"two")
+
+
+def test_wait_all_down_to_one_receive_on_a_held_link_raises_its_error(world):
+    """A sendrecv whose send went out at once waits for the receive alone (the held-link fast path),
+    and still raises what went wrong with it."""
+    a, b = world(2)
+    a.isend(1, 0, 0, _b(b"link"))
+    b.wait(b.irecv(0, 0, 0, None), timeout=10)
+    small = b.irecv(0, 0, 2, memoryview(bytearray(2)))
+    _hold_link(b, small)
+    sent = b.isend(0, 0, 2, _b(b"mine"))
+    a.isend(1, 0, 2, _b(b"too long"))
+    with pytest.raises(TransportError, match="truncated"):
+        b.wait_all([sent, small], timeout=10)
+    assert sent.done and small.done
+    got = a.irecv(1, 0, 2, None)
+    a.wait(got, timeout=10)
+    assert bytes(got.payload) == b"mine"

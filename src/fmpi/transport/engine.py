@@ -173,14 +173,10 @@ class Engine(CarrierMixin, ReceivingMixin, WaitingMixin, HeldReceiveMixin):
 
     def wait(self, op: Op, timeout: float | None = None) -> None:
         """Block until `op` completes; raises its error."""
-        if not op.done and op.__class__ is RecvOp and (timeout is not None or self.options.op_timeout is None):
-            # The common case's fast path (held_receive.py); the general wait takes over where it stops.
-            deadline = None if timeout is None else time.monotonic() + timeout
-            self._wait_held(op, deadline)
-            if deadline is not None and not op.done:
-                timeout = max(0.0, deadline - time.monotonic())
         if not op.done:
-            self._block(lambda: op.done, (op,), timeout, "wait")
+            timeout = self._try_held(op, timeout)
+            if not op.done:
+                self._block(lambda: op.done, (op,), timeout, "wait")
         if op.error is not None:
             raise op.error
 
@@ -195,10 +191,23 @@ class Engine(CarrierMixin, ReceivingMixin, WaitingMixin, HeldReceiveMixin):
     def wait_all(self, ops: Iterable[Op], timeout: float | None = None) -> None:
         ops = list(ops)
         if not _all_done(ops):
-            self._block(lambda: _all_done(ops), ops, timeout, "wait_all")
+            pending = [op for op in ops if not op.done]
+            if len(pending) == 1:  # (a sendrecv whose send went out at once: a single receive)
+                timeout = self._try_held(pending[0], timeout)
+            if not _all_done(ops):
+                self._block(lambda: _all_done(ops), ops, timeout, "wait_all")
         for op in ops:
             if op.error is not None:
                 raise op.error
+
+    def _try_held(self, op: Op, timeout: float | None) -> float | None:
+        """Wait for a receive on its peer's held link (held_receive.py) as far as that fast path goes;
+        returns what is left of `timeout` for the general wait that takes over where it stops."""
+        if op.__class__ is not RecvOp or (timeout is None and self.options.op_timeout is not None):
+            return timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._wait_held(op, deadline)  # type: ignore[arg-type]
+        return None if deadline is None else max(0.0, deadline - time.monotonic())
 
     def cancel(self, op: Op) -> bool:
         """Cancel a receive that has not matched yet. Sends cannot be cancelled once started."""
