@@ -24,10 +24,7 @@ from __future__ import annotations
 import threading
 import time
 
-from .frames import FrameError
-from .link import PeerClosed
 from .peers import PeerState
-from .progress import READ
 from .requests import RecvOp, TransportError
 from .spinning import spin_poll
 
@@ -56,7 +53,6 @@ class HeldReceiveMixin:
         try:
             bell = self._reader_bell
             poller, _ = link.wait_poller(bell)
-            rx_lock = peer.stream.rx_lock
             ms = None
             while not op.done:
                 if deadline is not None:
@@ -66,16 +62,9 @@ class HeldReceiveMixin:
                 for fd, _event in spin_poll(poller, ms, self._spin):
                     if fd == bell:
                         return  # (the general wait drains the bell and looks at what changed)
-                    with rx_lock:
-                        if link.retired or link.read_failure is not None:
-                            return
-                        try:
-                            link.on_readable()
-                        except (PeerClosed, OSError, FrameError) as exc:
-                            link.read_failure = exc
-                    if link.read_failure is not None:
-                        self._loop.call_soon(lambda: self._on_link_event(link, READ))
-                        return
+                    self.read_link_here(link)
+                    if link.retired or link.read_failure is not None:
+                        return  # (the progress thread took the link over)
         finally:
             self._give_back((link,))
 
