@@ -42,6 +42,7 @@ from typing import Any, Callable, Iterable, Sequence
 from .assembler import FrameAssembler
 from .carriers import CarrierMixin, RelayHandler  # noqa: F401 - RelayHandler is part of the API
 from .frames import DATA, Kind
+from .held_receive import HeldReceiveMixin
 from .link import Link
 from .linkup import Linker
 from .matching import ANY_SOURCE, Matcher
@@ -53,7 +54,6 @@ from .requests import Arrived, Op, RecvOp, SendOp, TransportError
 from .routes import Route
 from .receiving import ReceivingMixin
 from .stream import Carrier, Stream
-from .held_receive import HeldReceiveMixin
 from .waiting import WaitingMixin
 
 Endpoint = tuple[str, int]

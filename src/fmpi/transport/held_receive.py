@@ -15,8 +15,9 @@ the stream's ``rx_lock``, as ``_read_until`` does; frames go through the
 same assembler and delivery code (so matching order is the matcher's, as
 ever). Anything unusual (the bell rang: another thread's op completed, a
 failover or a fatal error; a read failed) ends the fast path, and the
-caller finishes with the general wait, which sorts it out. Waits under hang diagnosis
-(``FMPI_TIMEOUT``) always take the general path, which keeps its records.
+caller finishes with the general wait, which sorts it out. Waits under
+hang diagnosis (``FMPI_TIMEOUT``) always take the general path, which keeps
+its records.
 """
 
 from __future__ import annotations
@@ -67,4 +68,3 @@ class HeldReceiveMixin:
                         return  # (the progress thread took the link over)
         finally:
             self._give_back((link,))
-

@@ -10,10 +10,10 @@ them and on an eventfd (the *bell*) that any other completion rings. The
 message then wakes exactly one thread, the one that wants it.
 
 Holds are sticky: a link stays held for ``HOLD_IDLE`` seconds (at most
-``HOLD_IDLE + HOLD_CHECK``) after its last waiter leaves, because an iterative program waits on the same peers again a
-few microseconds later, and handing the link back and forth would cost two
-``epoll_ctl`` calls and, worse, let the progress thread grab the next
-message first. A timer on the progress thread hands idle held links back,
+``HOLD_IDLE + HOLD_CHECK``) after its last waiter leaves, because an
+iterative program waits on the same peers again a few microseconds later,
+and handing the link back and forth would cost two ``epoll_ctl`` calls and,
+worse, let the progress thread grab the next message first. A timer on the progress thread hands idle held links back,
 so a rank that computes for a while still acknowledges, notices failures
 and drains its sockets. The next wait on a held link from a single peer
 takes a shorter road (``held_receive.py``).
