@@ -197,30 +197,31 @@ def plot_collectives(results: dict, out: Path) -> str:
     colls = osu.COLLECTIVES
     fig, axes = plt.subplots(1, len(colls), figsize=(4 * len(colls), 4), squeeze=False)
     colors = {n: f"C{i}" for i, n in enumerate(sorted(results))}
-    refs = (("mpich-tcp", "-", "MPICH tcp"), ("mpich-shm", ":", "MPICH shm"))
+    # each fmpi configuration against its MPICH counterpart (osu_collectives.BACKENDS)
+    refs = (("fmpi-tcp", "mpich-tcp", "-", "tcp"), ("fmpi", "mpich-shm", ":", "shm"))
     for ax, coll in zip(axes[0], colls):
         if coll == "barrier":  # no payload: the ratio against N
-            for ref, style, label in refs:
-                pts = [(n, r["fmpi"][k] / r[ref][k]) for n, r in sorted(results.items())
-                       for k in r["fmpi"] if k[0] == "barrier" and r[ref].get(k)]
+            for mine, ref, style, label in refs:
+                pts = [(n, r[mine][k] / r[ref][k]) for n, r in sorted(results.items())
+                       for k in r[mine] if k[0] == "barrier" and r[ref].get(k)]
                 if pts:
                     ax.plot(*zip(*pts), style, color="black", marker="s", ms=5, label=f"/ {label}")
             ax.set(xlabel="N (ranks)", xticks=sorted(results))
             ax.legend(fontsize="small")
         else:
             for n, per_backend in sorted(results.items()):
-                fm = per_backend["fmpi"]
-                for ref, style, label in refs:
+                for mine, ref, style, label in refs:
+                    fm = per_backend[mine]
                     keys = sorted(k for k in fm if k[0] == coll and per_backend[ref].get(k))
                     if keys:
                         ax.plot([k[1] for k in keys], [fm[k] / per_backend[ref][k] for k in keys], style,
-                                color=colors[n], marker="o", ms=4, label=f"N={n} / {label}")
+                                color=colors[n], marker="o", ms=4, label=f"N={n} {label}")
             _size_axis(ax, max(k[1] for r in results.values() for k in r["fmpi"]) or 1)
             ax.set(xlabel="bytes per rank")
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.set(yscale="log", title=coll)
         ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].set_ylabel("fmpi latency / MPICH latency")
+    axes[0][0].set_ylabel("fmpi latency / MPICH latency (tcp: both over TCP; shm: both with shared memory)")
     handles, labels = axes[0][1].get_legend_handles_labels()
     if handles:
         fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)), fontsize="small")
@@ -266,7 +267,7 @@ def targets(runs: dict, hello: dict[str, list[float]]) -> list[str]:
 
 
 def p2p_summary(runs: dict) -> list[str]:
-    raw, fm = runs["raw socket"], runs["fmpi"]
+    raw, fm = runs["raw socket"], runs["fmpi tcp"]  # (both over TCP)
     small = [s for s in (0, 1, 8) if s in raw and s in fm]
     big = max(s for s in fm if s in raw)
     lat_ratio = max(fm[s]["latency_us"] / raw[s]["latency_us"] for s in small)
@@ -342,7 +343,10 @@ def main(argv: list[str] | None = None) -> int:
         "",
         "Every number comes from this one run; fmpi and MPICH ran one after the other on the same machine.",
         f"\"MPICH tcp\" is mpiexec with `{tcp_env}` (sockets only); \"MPICH shm\" is MPICH's default",
-        "(shared memory between local ranks). Timings on a shared machine are noisy.",
+        "(shared memory between local ranks). \"fmpi tcp\" is fmpirun with `FMPI_SHM=0` (every payload over",
+        "TCP, as between Lambda functions); \"fmpi\" is its default, which moves large payloads between",
+        "ranks on one host through shared-memory lanes. Each fmpi configuration is compared with its",
+        "MPICH counterpart. Timings on a shared machine are noisy.",
         "",
         "## Targets",
         "",
@@ -363,7 +367,8 @@ def main(argv: list[str] | None = None) -> int:
         "## Collectives",
         "",
         "OSU-style mean latency per call, averaged over ranks; sizes are bytes per rank. The ratio columns",
-        "are fmpi's latency over MPICH's (below 1: fmpi is faster).",
+        "are fmpi's latency over MPICH's, shared memory against shared memory and TCP against TCP",
+        "(below 1: fmpi is faster).",
         "",
         f"![collective ratios]({coll_plot})",
         "",

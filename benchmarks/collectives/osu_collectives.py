@@ -5,9 +5,14 @@
     .venv/bin/python benchmarks/collectives/osu_collectives.py --ns 4 --colls allreduce --sizes 8,1M,16M
 
 For every N the same worker (this file with ``--worker``) runs under
-``fmpirun`` and under MPICH's ``mpiexec`` in two configurations:
+``fmpirun`` and under MPICH's ``mpiexec``, each in two configurations, and
+each fmpi configuration is compared with its MPICH counterpart:
 
+- ``fmpi``: fmpirun's defaults (TCP links; between ranks on one host, large
+  payloads through shared-memory lanes), against
 - ``mpich-shm``: MPICH's defaults (shared memory between local ranks);
+- ``fmpi-tcp``: ``FMPI_SHM=0``, everything over TCP links, as between
+  Lambda functions, against
 - ``mpich-tcp``: ``MPIR_CVAR_NOLOCAL=1 MPIR_CVAR_CH4_NETMOD=ofi FI_PROVIDER=tcp``.
   NOLOCAL alone is not enough with this MPICH (5.x, ch4 with ucx and ofi):
   it routes local traffic to the netmod, but the default netmod (UCX) then
@@ -43,6 +48,8 @@ FULL_SIZES = sorted(set(FULL_SIZES + [1 * MiB, 4 * MiB, 16 * MiB, 64 * MiB]))
 QUICK_SIZES = [8, 1 * KiB, 64 * KiB, 1 * MiB, 4 * MiB, 16 * MiB]
 BIN = Path(sys.executable).parent
 
+BACKENDS = ["fmpi", "mpich-shm", "fmpi-tcp", "mpich-tcp"]
+FMPI_TCP_ENV = {"FMPI_SHM": "0"}
 TCP_ENVS = {
     "ofi": {"MPIR_CVAR_NOLOCAL": "1", "MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp"},
     "ucx": {"MPIR_CVAR_NOLOCAL": "1", "MPIR_CVAR_CH4_NETMOD": "ucx", "UCX_TLS": "tcp"},
@@ -150,8 +157,10 @@ def run_backend(backend: str, n: int, args: argparse.Namespace) -> dict[tuple[st
             "--scale", str(args.scale),
         ]
         env = dict(os.environ)
-        if backend == "fmpi":
+        if backend.startswith("fmpi"):
             argv = [str(BIN / "fmpirun"), "-n", str(n), sys.executable, *worker_args]
+            if backend == "fmpi-tcp":
+                env.update(FMPI_TCP_ENV)
         else:
             env.pop("PYTHONPATH", None)
             if backend == "mpich-tcp":
@@ -164,7 +173,7 @@ def run_backend(backend: str, n: int, args: argparse.Namespace) -> dict[tuple[st
             return {}
         print(f"  {backend:9s} N={n}: {time.monotonic() - started:5.1f} s", file=sys.stderr)
         # How the ranks were linked matters: a relayed (failed-over) link is far slower than a direct one.
-        NOTES.extend(f"N={n}: {line.strip()}" for line in proc.stderr.splitlines() if line.startswith("fmpirun: links"))
+        NOTES.extend(f"{backend} N={n}: {line.strip()}" for line in proc.stderr.splitlines() if line.startswith("fmpirun: links"))
         return {(r["coll"], r["bytes"]): r["usec"] for r in json.loads(out.read_text())}
 
 
@@ -184,14 +193,17 @@ def table(n: int, results: dict[str, dict], args: argparse.Namespace) -> str:
     lines = [
         f"### N = {n}",
         "",
-        "| collective | size | fmpi (µs) | MPICH shm (µs) | fmpi/shm | MPICH tcp (µs) | fmpi/tcp |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| collective | size | fmpi (µs) | MPICH shm (µs) | fmpi/shm | fmpi tcp (µs) | MPICH tcp (µs) | fmpi tcp/tcp |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     keys = sorted(set().union(*[r.keys() for r in results.values()]), key=lambda k: ((COLLECTIVES + EXTRA).index(k[0]), k[1]))
     for coll, nbytes in keys:
-        f, s, t = (results[b].get((coll, nbytes)) for b in ("fmpi", "mpich-shm", "mpich-tcp"))
+        f, s, ft, t = (results.get(b, {}).get((coll, nbytes)) for b in BACKENDS)
         size = "—" if coll == "barrier" else fmt_size(nbytes)
-        lines.append(f"| {coll} | {size} | {fmt_us(f)} | {fmt_us(s)} | {fmt_ratio(f, s)} | {fmt_us(t)} | {fmt_ratio(f, t)} |")
+        lines.append(
+            f"| {coll} | {size} | {fmt_us(f)} | {fmt_us(s)} | {fmt_ratio(f, s)} "
+            f"| {fmt_us(ft)} | {fmt_us(t)} | {fmt_ratio(ft, t)} |"
+        )
     return "\n".join(lines)
 
 
@@ -205,7 +217,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help=f"sizes {', '.join(map(fmt_size, QUICK_SIZES))} and fewer iterations")
     parser.add_argument("--max-block", type=parse_size, default=16 * MiB, help="largest allgather/alltoall block (default 16M)")
     parser.add_argument("--scale", type=float, default=None, help="multiply the iteration counts")
-    parser.add_argument("--backends", default="fmpi,mpich-shm,mpich-tcp")
+    parser.add_argument("--backends", default=",".join(BACKENDS), help=f"a subset of {','.join(BACKENDS)}")
     parser.add_argument("--mpich-tcp", choices=sorted(TCP_ENVS), default="ofi", help="MPICH netmod forced onto TCP (default ofi)")
     parser.add_argument("--repeat", type=int, default=1, help="run every backend this many times, interleaved; keep each minimum")
     parser.add_argument("--timeout", type=float, default=1800)
@@ -222,7 +234,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def measure(args: argparse.Namespace, n: int) -> dict[str, dict[tuple[str, int], float]]:
     """{backend: {(collective, bytes): µs}} at N = n; a backend that failed has an empty dict."""
-    results: dict[str, dict] = {b: {} for b in ("fmpi", "mpich-shm", "mpich-tcp")}
+    results: dict[str, dict] = {b: {} for b in BACKENDS}
     for _ in range(args.repeat):
         for b in results:
             if b in args.backends.split(","):

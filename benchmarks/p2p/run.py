@@ -8,7 +8,10 @@ size, with the ratios the project's targets are stated in. ``measure`` and
 
 "MPICH tcp" forces MPICH onto sockets the way benchmarks/collectives/osu_collectives.py
 does (``TCP_ENVS`` there): ``MPIR_CVAR_NOLOCAL=1`` alone leaves local traffic on UCX's
-shared memory.
+shared memory. Likewise "fmpi tcp" is fmpi with ``FMPI_SHM=0`` (every
+payload over the TCP link, as between Lambda functions), compared with the
+raw socket and MPICH tcp; "fmpi" (its default between ranks on one host:
+large payloads through shared-memory lanes) is compared with MPICH shm.
 """
 
 import argparse
@@ -21,7 +24,7 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 BIN = Path(sys.executable).parent
-BACKENDS = ["raw socket", "fmpi", "MPICH tcp", "MPICH shm"]
+BACKENDS = ["raw socket", "fmpi tcp", "MPICH tcp", "fmpi", "MPICH shm"]
 
 
 def _tcp_envs() -> dict[str, dict[str, str]]:
@@ -49,8 +52,9 @@ def measure(max_size: int = 64 << 20, seconds: float = 0.3, mpich_tcp: str = "of
     clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     commands = {
         "raw socket": ([sys.executable, str(HERE / "raw_socket.py"), *flags], None),
-        "fmpi": ([str(BIN / "fmpirun"), "-n", "2", *prog], None),
+        "fmpi tcp": ([str(BIN / "fmpirun"), "-n", "2", *prog], dict(os.environ, FMPI_SHM="0")),
         "MPICH tcp": ([str(BIN / "mpiexec"), "-n", "2", *prog], dict(clean, **_tcp_envs()[mpich_tcp])),
+        "fmpi": ([str(BIN / "fmpirun"), "-n", "2", *prog], None),
         "MPICH shm": ([str(BIN / "mpiexec"), "-n", "2", *prog], clean),
     }
     best: dict[str, dict[int, dict]] = {name: {} for name in commands}
@@ -75,19 +79,22 @@ def _better(kept: dict | None, new: dict) -> dict:
 
 def markdown(runs: dict[str, dict[int, dict]]) -> str:
     names = list(runs)
-    raw, fmpi, tcp = (names.index(n) for n in ("raw socket", "fmpi", "MPICH tcp"))
-    lines = ["| size | " + " | ".join(f"{n} lat µs" for n in names) + " | fmpi/raw | fmpi/MPICH tcp |"]
-    lines.append("|---:|" + "---:|" * (len(names) + 2))
+    raw, ftcp, tcp, fshm, shm = (names.index(n) for n in BACKENDS)
+    lines = ["| size | " + " | ".join(f"{n} lat µs" for n in names) + " | fmpi tcp/raw | fmpi tcp/MPICH tcp | fmpi/MPICH shm |"]
+    lines.append("|---:|" + "---:|" * (len(names) + 3))
     for size in sorted(runs["fmpi"]):
         lat = [runs[n][size]["latency_us"] for n in names]
-        lines.append(f"| {size} | " + " | ".join(f"{v:.1f}" for v in lat) + f" | {lat[fmpi] / lat[raw]:.2f} | {lat[fmpi] / lat[tcp]:.2f} |")
-    lines += ["", "| size | " + " | ".join(f"{n} MB/s" for n in names) + " | fmpi/raw |"]
-    lines.append("|---:|" + "---:|" * (len(names) + 1))
+        lines.append(
+            f"| {size} | " + " | ".join(f"{v:.1f}" for v in lat)
+            + f" | {lat[ftcp] / lat[raw]:.2f} | {lat[ftcp] / lat[tcp]:.2f} | {lat[fshm] / lat[shm]:.2f} |"
+        )
+    lines += ["", "| size | " + " | ".join(f"{n} MB/s" for n in names) + " | fmpi tcp/raw | fmpi/MPICH shm |"]
+    lines.append("|---:|" + "---:|" * (len(names) + 2))
     for size in sorted(runs["fmpi"]):
         if not size:
             continue
         bw = [runs[n][size]["bandwidth_MBps"] for n in names]
-        lines.append(f"| {size} | " + " | ".join(f"{v:.0f}" for v in bw) + f" | {bw[fmpi] / bw[raw]:.0%} |")
+        lines.append(f"| {size} | " + " | ".join(f"{v:.0f}" for v in bw) + f" | {bw[ftcp] / bw[raw]:.0%} | {bw[fshm] / bw[shm]:.0%} |")
     return "\n".join(lines)
 
 

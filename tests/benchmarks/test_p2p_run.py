@@ -39,13 +39,16 @@ def test_run_py_prints_both_tables_for_every_backend():
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
-    assert "| size | raw socket lat µs | fmpi lat µs | MPICH tcp lat µs | MPICH shm lat µs | fmpi/raw | fmpi/MPICH tcp |" in lines
-    assert "| size | raw socket MB/s | fmpi MB/s | MPICH tcp MB/s | MPICH shm MB/s | fmpi/raw |" in lines
+    assert (
+        "| size | raw socket lat µs | fmpi tcp lat µs | MPICH tcp lat µs | fmpi lat µs | MPICH shm lat µs "
+        "| fmpi tcp/raw | fmpi tcp/MPICH tcp | fmpi/MPICH shm |"
+    ) in lines
+    assert "| size | raw socket MB/s | fmpi tcp MB/s | MPICH tcp MB/s | fmpi MB/s | MPICH shm MB/s | fmpi tcp/raw | fmpi/MPICH shm |" in lines
     sizes = [0] + [1 << k for k in range(13)]
-    latency_rows = [line for line in lines if line.count("|") == 8 and line.split("|")[1].strip().isdigit()]
+    latency_rows = [line for line in lines if line.count("|") == 10 and line.split("|")[1].strip().isdigit()]
     assert [int(row.split("|")[1]) for row in latency_rows] == sizes
     for row in latency_rows:
-        assert all(float(cell) > 0 for cell in row.strip("|").split("|")[1:5]), row
+        assert all(float(cell) > 0 for cell in row.strip("|").split("|")[1:6]), row
 
 
 @pytest.mark.parametrize("placement", [[], ["--same-cpu"]])

@@ -29,9 +29,9 @@ def test_quick_report(tmp_path):
     report = (out / "report.md").read_text()
     for heading in ("# fmpi benchmark report", "## Targets", "## Point-to-point", "## Collectives", "## Applications"):
         assert heading in report, f"missing {heading!r}"
-    # p2p: latency and bandwidth tables for the four backends, 0 B to 64 MiB, and the two targets.
-    assert "| size | raw socket lat µs | fmpi lat µs | MPICH tcp lat µs | MPICH shm lat µs |" in report
-    assert "| size | raw socket MB/s | fmpi MB/s | MPICH tcp MB/s | MPICH shm MB/s | fmpi/raw |" in report
+    # p2p: latency and bandwidth tables for the five backends, 0 B to 64 MiB, and the two targets.
+    assert "| size | raw socket lat µs | fmpi tcp lat µs | MPICH tcp lat µs | fmpi lat µs | MPICH shm lat µs |" in report
+    assert "| size | raw socket MB/s | fmpi tcp MB/s | MPICH tcp MB/s | fmpi MB/s | MPICH shm MB/s | fmpi tcp/raw |" in report
     assert "\n| 0 | " in report and f"\n| {64 << 20} | " in report
     assert "≤ 2× raw socket" in report and "≥ 80 % of raw socket" in report
     hello = next(line for line in report.splitlines() if line.startswith("| `fmpirun -n 4` hello world"))

@@ -41,10 +41,10 @@ LINK = [
 HELLOS = [
     b"",
     b"FMPI",
-    HELLO.pack(MAGIC, 1, 0, 0, bytes(16))[:-1],
-    HELLO.pack(b"XXXX", 1, 0, 0, bytes(16)),
-    HELLO.pack(MAGIC, 999, 0, 0, bytes(16)),
-    HELLO.pack(MAGIC, 1, -5, 7, bytes(16)),
+    HELLO.pack(MAGIC, 1, 0, 0, bytes(16), bytes(16))[:-1],
+    HELLO.pack(b"XXXX", 1, 0, 0, bytes(16), bytes(16)),
+    HELLO.pack(MAGIC, 999, 0, 0, bytes(16), bytes(16)),
+    HELLO.pack(MAGIC, 1, -5, 7, bytes(16), bytes(16)),
     b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
 ]
 

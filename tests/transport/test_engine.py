@@ -189,7 +189,7 @@ def test_hello_for_another_rank_is_refused(world):
     host, port = b._listener.getsockname()
     with socket.create_connection((host, port)) as s:
         s.settimeout(5)
-        s.sendall(HELLO.pack(MAGIC, VERSION, 0, 7, bytes(16)))
+        s.sendall(HELLO.pack(MAGIC, VERSION, 0, 7, bytes(16), bytes(16)))
         verdict = struct.unpack("<B", s.recv(1))[0]
         assert verdict == Verdict.WRONG_RANK
 

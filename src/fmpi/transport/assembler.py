@@ -13,7 +13,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from .frames import DATA, HEADER_SIZE, Header, unpack_header
+from .frames import DATA, HEADER_SIZE, Flag, FrameError, Header, unpack_header
+from .shm_lane import LaneError, LaneReader
+
+_LANE = int(Flag.LANE)
 
 
 class FrameSink(Protocol):
@@ -32,12 +35,13 @@ class FrameSink(Protocol):
 class FrameAssembler:
     """Incremental frame parser for one peer over one carrier ("tcp" or "relay")."""
 
-    __slots__ = ("peer", "via", "retired", "_sink", "_head", "_hlen", "_header", "_dest", "_off")
+    __slots__ = ("peer", "via", "retired", "lane", "_sink", "_head", "_hlen", "_header", "_dest", "_off")
 
     def __init__(self, peer: int, via: str, sink: FrameSink) -> None:
         self.peer = peer
         self.via = via
         self.retired = False  # its carrier was dropped: frames still in a read batch are ignored
+        self.lane: LaneReader | None = None  # where LANE frames' payloads are (a link to a rank on this host)
         self._sink = sink
         self._head = bytearray(HEADER_SIZE)
         self._hlen = 0
@@ -54,6 +58,9 @@ class FrameAssembler:
                 if self._hlen == 0 and end - pos >= HEADER_SIZE:
                     header = unpack_header(view, pos)
                     pos += HEADER_SIZE
+                    if header.flags & _LANE:
+                        self._from_lane(header)
+                        continue
                     n = header.nbytes
                     if n and end - pos >= n and header.kind is DATA:
                         # The small-message path: header and payload in one read,
@@ -70,6 +77,9 @@ class FrameAssembler:
                         return
                     self._hlen = 0
                     header = unpack_header(self._head)
+                    if header.flags & _LANE:
+                        self._from_lane(header)
+                        continue
                 self._begin(header)
                 continue
             take = min(header.nbytes - self._off, end - pos)
@@ -79,6 +89,25 @@ class FrameAssembler:
             pos += take
             if self._off == header.nbytes:
                 self._finish()
+
+    def _from_lane(self, header: Header) -> None:
+        """A LANE frame: its payload is the next one in the lane, whole (delivered like a small frame)."""
+        lane = self.lane
+        if lane is None or header.kind is not DATA:
+            raise FrameError(f"a {header.kind.name} frame flagged LANE on a carrier without a lane")
+        try:
+            payload = lane.take(header.nbytes)
+        except LaneError as exc:
+            raise FrameError(str(exc)) from None
+        try:
+            self._sink.frame_whole(self, header, payload)
+        finally:
+            payload.release()
+        # Free the bytes only once the stream has recorded the frame (the writer's
+        # stream keeps them as its copy for resending: see stream.py). A retired
+        # link's frames were not recorded: its lane is abandoned as it is.
+        if not self.retired:
+            lane.release()
 
     def direct_target(self, threshold: int) -> memoryview | None:
         """The rest of the current payload's destination, when at least `threshold` bytes are missing.

@@ -35,6 +35,7 @@ from .peers import Peer, PeerState
 from .progress import READ, WRITE
 from .relay_channel import RelayChannel, RelayLost, RelayRoute
 from .requests import Op, TransportError, peer_died
+from .shm_lane import LaneReader, LaneWriter, lane_path
 from .stream import Carrier, Entry
 
 DEBUG = bool(os.environ.get("FMPI_DEBUG_LINKS"))  # trace link set-up and failover on stderr
@@ -145,14 +146,22 @@ class CarrierMixin:
         if DEBUG:
             print(f"fmpi: rank {self.rank} [{time.monotonic():.3f}]: {message}", file=sys.stderr, flush=True)
 
-    def _install(self, rank: int, sock: socket.socket, channel: str, role: str) -> None:
-        """An authenticated connection to `rank`: make it the pair's carrier (pool thread)."""
+    def _install(self, rank: int, sock: socket.socket, channel: str, role: str, lane: str = "") -> None:
+        """An authenticated connection to `rank`: make it the pair's carrier (pool thread).
+
+        `lane`: the handshake's lane stem when the peer shares this host ("": none).
+        """
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             set_liveness(sock, self.options.link_timeout)
         except OSError:
             pass
         link = Link(rank, sock, self, channel)
+        if lane:
+            link.add_lanes(
+                LaneWriter(lane_path(lane, self.rank, rank), self.options.lane_capacity),
+                LaneReader(lane_path(lane, rank, self.rank), self.options.lane_capacity),
+            )
         with self._lock:
             peer = self._peers[rank]
             if role == "acceptor":
@@ -226,6 +235,7 @@ class CarrierMixin:
         link.retired = True
         self._loop.unregister(link.sock)
         link.drop_queue()
+        link.close_lanes()
         try:
             link.sock.close()
         except OSError:

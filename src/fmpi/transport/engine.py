@@ -51,8 +51,9 @@ from .peers import Peer, PeerState
 from .progress import READ, ProgressLoop
 from .relay_channel import RelayChannel
 from .requests import Arrived, Op, RecvOp, SendOp, TransportError
-from .routes import Route
 from .receiving import ReceivingMixin
+from .routes import Route
+from .shm_lane import NO_KEY, host_key
 from .stream import Carrier, Stream
 from .waiting import WaitingMixin
 
@@ -81,6 +82,8 @@ class Engine(CarrierMixin, ReceivingMixin, WaitingMixin, HeldReceiveMixin):
         self.size = size
         self.options = options or TransportOptions(connect_timeout=connect_timeout, retry_after_tie=retry_after_tie)
         self._secret = secret
+        # Sent in every handshake: peers with the same key get shared-memory lanes (shm_lane.py).
+        self.host_key = host_key() if self.options.lane_capacity else NO_KEY
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._matcher: Matcher[RecvOp, Arrived] = Matcher()
@@ -398,7 +401,10 @@ class Engine(CarrierMixin, ReceivingMixin, WaitingMixin, HeldReceiveMixin):
         if self._listener is not None:
             self._listener.close()
         with self._lock:
+            links = [p.link for p in self._peers.values() if p.link is not None]
             self._notify_locked()  # a thread still waiting learns the loop is gone
+        for link in links:
+            link.close_lanes()
         self._close_bell()
 
 

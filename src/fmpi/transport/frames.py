@@ -49,6 +49,7 @@ class Flag(enum.IntFlag):
     NONE = 0
     SYNC = 1  # synchronous send: the receiver answers with MATCHED when it is matched
     ACK_NOW = 2  # the sender waits for this frame's acknowledgement: acknowledge at once
+    LANE = 4  # the payload is not on the link but next in its shared-memory lane (shm_lane.py)
 
 
 class FrameError(Exception):

@@ -15,6 +15,11 @@ numbers, acknowledgements and retransmission live one level up (``stream``):
 a link only moves bytes, so the pair's stream can move to another carrier
 (the relay) when the connection dies.
 
+Between ranks on the same host, a link also has a shared-memory lane per
+direction (``shm_lane.py``): the stream puts the payload of a large frame
+into the outgoing one and sends the header alone, flagged ``LANE``; the
+assembler takes such a payload from the incoming one.
+
 Liveness: a connection whose path silently stops delivering (a NAT mapping
 dropped, a firewall rule) would otherwise look healthy for many minutes. The
 kernel is told to give up after ``timeout`` seconds without acknowledgement
@@ -29,6 +34,7 @@ import socket
 
 from .assembler import FrameAssembler, FrameSink
 from .queued_writer import QueuedWriter
+from .shm_lane import LaneReader, LaneWriter
 
 # A read between frames goes to the stage; it must be small, because whatever
 # part of a large payload it takes is copied once more. 32 KiB still holds
@@ -66,7 +72,9 @@ class Link(QueuedWriter):
     """A TCP carrier. ``write`` may be called from any thread; ``on_readable`` by one thread at a
     time, the holder of the pair stream's ``rx_lock`` (the progress thread or a waiting thread)."""
 
-    __slots__ = ("peer", "kind", "asm", "_stage", "_view", "bytes_in", "read_failure", "idle_since", "_wait_poll")
+    __slots__ = (
+        "peer", "kind", "asm", "_stage", "_view", "bytes_in", "read_failure", "idle_since", "_wait_poll", "lane_out",
+    )
 
     @property
     def retired(self) -> bool:
@@ -90,6 +98,16 @@ class Link(QueuedWriter):
         self.read_failure: BaseException | None = None
         self.idle_since = 0.0  # when the last waiting thread stopped reading it (waiting.py)
         self._wait_poll: tuple[int, object] | None = None
+        self.lane_out: LaneWriter | None = None
+
+    def add_lanes(self, out: LaneWriter, into: LaneReader) -> None:
+        """The peer shares this host: large payloads travel through shared memory (before any traffic)."""
+        self.lane_out = out
+        self.asm.lane = into
+
+    def close_lanes(self) -> None:
+        if self.lane_out is not None:
+            self.lane_out.close()
 
     def fileno(self) -> int:
         return self.sock.fileno()

@@ -309,7 +309,7 @@ class Linker:
 
         try:
             sock.settimeout(e.options.connect_timeout)
-            outcome = initiate(sock, e._secret, e.rank, rank, channel, decide)
+            outcome = initiate(sock, e._secret, e.rank, rank, channel, decide, e.host_key)
         except (OSError, HandshakeError) as exc:
             sock.close()
             with e._lock:
@@ -320,7 +320,7 @@ class Linker:
                 peer.errors.append(f"{where}: {exc}")
             return False
         if outcome.verdict is Verdict.ACCEPT:
-            e._install(rank, sock, outcome.channel, outcome.role)
+            e._install(rank, sock, outcome.channel, outcome.role, outcome.lane)
             return True
         sock.close()
         with e._lock:
@@ -345,12 +345,13 @@ class Linker:
         try:
             sock.setblocking(True)
             sock.settimeout(e.options.connect_timeout)
-            src, nonce = read_hello(sock, e.rank)
+            hello = read_hello(sock, e.rank)
+            src = hello.src
             with e._lock:
                 if not 0 <= src < e.size or src == e.rank:
                     raise HandshakeError(f"connection claims impossible rank {src}")
                 verdict = self.decide(e._peer(src), src)
-            channel = accept_side(sock, e._secret, e.rank, src, nonce, verdict)
+            outcome = accept_side(sock, e._secret, e.rank, hello, verdict, e.host_key)
         except (OSError, HandshakeError) as exc:
             sock.close()
             with e._lock:
@@ -365,7 +366,7 @@ class Linker:
                 print(f"fmpi: rank {e.rank}: refused a connection: {exc}", file=sys.stderr)
             return
         if verdict is Verdict.ACCEPT:
-            e._install(src, sock, channel, "acceptor")
+            e._install(src, sock, outcome.channel, "acceptor", outcome.lane)
         else:
             sock.close()
 

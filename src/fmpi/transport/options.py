@@ -17,6 +17,8 @@ experiment overrides from the environment:
                                            (a restart) before giving up (default 30; 0: give up at once)
     FMPI_SPIN_US=US                        a blocking wait polls this many microseconds before it sleeps
                                            (0: never; default: spinning.default_spin)
+    FMPI_SHM=0                             no shared-memory lanes between ranks on one host (shm_lane.py;
+                                           default: links between such ranks get them)
     FMPI_DEBUG_LINKS=1                     trace link set-up and failover on stderr
 """
 
@@ -26,6 +28,7 @@ import os
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
+from .shm_lane import DEFAULT_CAPACITY
 from .spinning import default_spin
 
 #: auto: plain connect when the peer is reachable as is, else punch, else relay.
@@ -67,6 +70,7 @@ class TransportOptions:
     op_timeout: float | None = None  # FMPI_TIMEOUT: blocking operations fail after this (hang.py)
     relay_rejoin: float = 30.0  # the job's relay may be gone this long (restarting) before the rank gives up; 0: never wait
     spin: float = field(default_factory=default_spin)  # FMPI_SPIN_US: poll before sleeping in a wait (spinning.py)
+    lane_capacity: int = DEFAULT_CAPACITY  # bytes per shared-memory lane direction; 0: no lanes (FMPI_SHM=0)
 
     def __post_init__(self) -> None:
         if self.channel not in CHANNELS:
@@ -76,6 +80,9 @@ class TransportOptions:
             if f.name == "spin":
                 if not value >= 0:
                     raise ValueError(f"FMPI_SPIN_US must be 0 or more microseconds, not {value * 1e6!r}")
+            elif f.name == "lane_capacity":
+                if not value >= 0:
+                    raise ValueError(f"lane_capacity must be 0 (no lanes) or more bytes, not {value!r}")
             elif f.name == "relay_rejoin":
                 if not value >= 0:
                     raise ValueError(f"FMPI_RELAY_REJOIN must be 0 or more seconds, not {value!r}")
@@ -106,6 +113,12 @@ class TransportOptions:
                 raise ValueError(f"FMPI_SPIN_US must be a number of microseconds, not {spin!r}") from None
         else:
             values["spin"] = default_spin(env)
+        shm = env.get("FMPI_SHM", "").strip()
+        if shm:
+            if shm not in ("0", "1"):
+                raise ValueError(f"FMPI_SHM must be 0 (no shared-memory lanes) or 1, not {shm!r}")
+            if shm == "0":
+                values["lane_capacity"] = 0
         values.update(overrides)
         return cls(**values)
 

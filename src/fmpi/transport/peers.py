@@ -80,4 +80,6 @@ class Peer:
             "kind": self.kind,
             "seconds": None if self.setup_seconds is None else round(self.setup_seconds, 6),
             "failovers": self.failovers,
+            # large payloads go through shared memory (shm_lane.py): the peer is on this host
+            "shared_memory": self.state is PeerState.LINKED and self.link is not None and self.link.lane_out is not None,
         }

@@ -6,6 +6,9 @@ they finalize (with FINISHED). ``LinkTable`` merges both into one entry per
 pair; ``summary()`` is the line fmpirun prints at the end of a job:
 
     links: 6 (0 direct, 4 punched, 2 relayed); set-up median 4.1 ms, max 3.02 s; 0 failed over
+
+(with "; N with shared memory" after the counts when links between ranks
+on one host carry large payloads through shared-memory lanes.)
 """
 
 from __future__ import annotations
@@ -27,8 +30,9 @@ class LinkTable:
         if not isinstance(peer, int) or kind not in KINDS or peer == rank:
             return None
         pair = (min(rank, peer), max(rank, peer))
-        entry = self.links.setdefault(pair, {"kind": kind, "seconds": None, "failovers": 0})
+        entry = self.links.setdefault(pair, {"kind": kind, "seconds": None, "failovers": 0, "shared_memory": False})
         entry["kind"] = kind
+        entry["shared_memory"] = report.get("shared_memory") is True  # (the latest word: a failover ends it)
         seconds = report.get("seconds")
         if isinstance(seconds, (int, float)) and (entry["seconds"] is None or seconds > entry["seconds"]):
             entry["seconds"] = float(seconds)  # the slower side: set-up is done when both ends are
@@ -50,6 +54,9 @@ class LinkTable:
             return None
         counts = self.counts()
         text = f"links: {len(self.links)} (" + ", ".join(f"{counts[k]} {k}" for k in KINDS) + ")"
+        shared = sum(1 for e in self.links.values() if e.get("shared_memory"))
+        if shared:
+            text += f"; {shared} with shared memory"
         times = [e["seconds"] for e in self.links.values() if e["seconds"] is not None]
         if times:
             text += f"; set-up median {_duration(statistics.median(times))}, max {_duration(max(times))}"
@@ -64,6 +71,8 @@ def describe(pair: tuple[int, int], entry: dict[str, Any]) -> str:
     text = f"link {pair[0]}-{pair[1]}: {entry['kind']}"
     if entry.get("seconds") is not None:
         text += f", set-up {_duration(entry['seconds'])}"
+    if entry.get("shared_memory"):
+        text += ", shared memory"
     if entry.get("failovers"):
         text += ", failed over to the relay"
     return text
@@ -74,7 +83,7 @@ def describe_event(body: dict[str, Any]) -> str:
     pair = (min(body["rank"], body["peer"]), max(body["rank"], body["peer"]))
     if body.get("event") == "failover":
         return f"link {pair[0]}-{pair[1]}: failed over to the relay"
-    return describe(pair, {"kind": body.get("kind"), "seconds": body.get("seconds")})
+    return describe(pair, {"kind": body.get("kind"), "seconds": body.get("seconds"), "shared_memory": body.get("shared_memory")})
 
 
 def _duration(seconds: float) -> str:

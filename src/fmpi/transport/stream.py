@@ -21,7 +21,15 @@ What is kept for resending (the trade-off):
   thus returns one acknowledgement later, and no extra copy of large
   payloads ever exists;
 * a synchronous send keeps its reference and completes on MATCHED, which
-  implies receipt.
+  implies receipt;
+* a message of at least ``LANE_MIN`` bytes to a rank on the same host, sent
+  while the link is up, is copied into the link's shared-memory lane
+  (``shm_lane.py``) and only its header goes over the link. The copy in the
+  lane is also the one kept for resending, so such a send completes as soon
+  as it is written, whatever its size. That is safe because the reader
+  frees lane space only after the stream has recorded the frame as received
+  (a resend of it is then dropped as a duplicate), and never on a retired
+  link.
 
 Acknowledgements ride in the ``ack`` field of every frame going the other
 way. A bare ACK goes out only when a frame asked for one, when
@@ -45,10 +53,12 @@ from typing import Protocol
 
 from .frames import DATA, Flag, FrameError, Kind, pack_header
 from .requests import SendOp, TransportError
+from .shm_lane import LANE_MIN
 
 # Plain ints on the hot path (IntFlag arithmetic costs a microsecond a time).
 _SYNC = int(Flag.SYNC)
 _ACK_NOW = int(Flag.ACK_NOW)
+_LANE = int(Flag.LANE)
 
 
 _NOTHING: tuple[list[SendOp], bool] = ([], False)
@@ -143,10 +153,19 @@ class Stream:
             flags = 0
             on_write = False
             copied = 0
+            laned = None
+            carrier = self.carrier
             if kind is DATA:
+                if nbytes >= LANE_MIN and carrier is not None and self.next_unsent == seq:
+                    lane = getattr(carrier, "lane_out", None)
+                    if lane is not None:
+                        laned = lane.place(parts, nbytes)  # (None: no room, it goes inline)
                 if sync:
                     flags |= _SYNC
                     self.sync[seq] = op
+                elif laned is not None:
+                    parts = [laned]
+                    on_write = True
                 elif nbytes <= self._copy_limit:
                     if nbytes:
                         parts = [self._copy(parts, nbytes)]
@@ -160,7 +179,6 @@ class Stream:
                     flags |= _ACK_NOW
             entry = Entry(seq, kind, flags, tag, context, parts, nbytes, op, on_write, copied)
             self.unacked.append(entry)
-            carrier = self.carrier
             if carrier is None or self.next_unsent != seq:
                 return None, []
             self.next_unsent = seq + 1
@@ -169,7 +187,10 @@ class Stream:
                 self.acked_out = ack
                 self._rx_bytes = 0
                 self._ack_asap = False
-            frame = [memoryview(pack_header(kind, flags, self.me, tag, context, seq, nbytes, ack)), *parts]
+            if laned is None:
+                frame = [memoryview(pack_header(kind, flags, self.me, tag, context, seq, nbytes, ack)), *parts]
+            else:  # the payload is in the lane; a resend (``_frame``) carries it inline
+                frame = [memoryview(pack_header(kind, flags | _LANE, self.me, tag, context, seq, nbytes, ack))]
             # Hand over hand: take the carrier's write lock before letting go of
             # ours, so frames still go out in seq order, but acknowledgements
             # (which need only our lock) are not held up by a long sendmsg.

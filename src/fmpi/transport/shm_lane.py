@@ -1,0 +1,198 @@
+"""A shared-memory lane beside a TCP link between two ranks on the same host.
+
+Over loopback TCP a payload is copied into the kernel, walks the TCP/IP
+stack and is copied out again: about 4 GB/s here, while a copy in memory runs
+at 15-30 GB/s. So between ranks that share a host (the local backend) the
+payload of a large DATA frame travels through a ring buffer in a shared
+memory file instead, and only its header goes over the link, with the
+``LANE`` flag: "the payload is next in the lane". Everything else is as on
+any link: frames stay in order, matching, acknowledgements and failover are
+the stream's, and the header is what wakes the receiver.
+
+One lane per direction of a link; its writer is the sending rank, its
+reader the receiving one. The file lives in ``/dev/shm``:
+
+* the writer creates it on its first large frame (``O_EXCL``) and maps it;
+* the reader opens it when the first ``LANE`` header arrives, maps it and
+  unlinks it at once, so from then on it disappears with the two processes;
+* the writer unlinks it when its link closes, in case the reader never came.
+
+Ring discipline. The writer places payloads one after another and never
+splits one: a payload that does not fit before the end of the ring starts
+at offset 0 and the gap is skipped. The reader applies the same rule to the
+same sizes in the same order (headers arrive in order on TCP), so no
+offsets travel. The only shared word is the reader's ``consumed`` count
+(bytes it is done with, including skipped gaps), written by the reader after
+it has copied a payload out and read by the writer to see the free space.
+When a payload does not fit (the reader is behind, or it is larger than the
+ring), the frame simply goes inline over TCP, as on any link: nothing waits.
+
+Aligned 8-byte stores and loads are single-copy atomic on x86-64 and arm64;
+the reader's copy out of the ring and its store of ``consumed`` are
+separated by a Python-level call boundary, and the writer only ever reads
+``consumed`` to decide whether to write, never data.
+
+Which links get lanes: ``host_key()`` names this host, network namespace and
+``/dev/shm``; ranks exchange it in the handshake, and a link gets lanes when
+both keys match and neither side turned lanes off (``FMPI_SHM=0``). Ranks in
+different network namespaces (as in the NAT tests) never share a lane, just
+as ranks on different machines.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mmap
+import os
+
+SHM_DIR = "/dev/shm"
+#: Payloads at least this large go through the lane (smaller ones are cheap on TCP, where their header goes anyway).
+LANE_MIN = 16 * 1024
+#: Ring size per direction. Pages are touched only as used (tmpfs files are sparse).
+DEFAULT_CAPACITY = 8 << 20
+#: Bytes before the ring: the reader's ``consumed`` counter, alone on its page.
+_CONTROL = mmap.PAGESIZE
+#: The host key of a rank that has lanes turned off: it never matches.
+NO_KEY = bytes(16)
+
+
+def host_key() -> bytes:
+    """16 bytes that are equal for two processes exactly when they can share a lane."""
+    parts = []
+    try:
+        with open("/proc/sys/kernel/random/boot_id", "rb") as f:
+            parts.append(f.read().strip())
+        parts.append(str(os.stat("/proc/self/ns/net").st_ino).encode())
+        st = os.stat(SHM_DIR)
+        parts.append(f"{st.st_dev}:{st.st_ino}".encode())
+    except OSError:
+        return NO_KEY  # not Linux, or no /dev/shm: no lanes
+    return hashlib.sha256(b"|".join(parts)).digest()[:16]
+
+
+def lane_path(stem: str, src: int, dst: int) -> str:
+    """The file of the lane that carries `src`'s payloads to `dst` (`stem`: from the link's handshake)."""
+    return os.path.join(SHM_DIR, f"fmpi-lane-{stem}-{src}-{dst}")
+
+
+class LaneWriter:
+    """The sending end: places payloads into the ring (the caller holds the link's write lock)."""
+
+    __slots__ = ("path", "capacity", "_map", "_data", "_consumed", "_produced", "_broken")
+
+    def __init__(self, path: str, capacity: int = DEFAULT_CAPACITY) -> None:
+        self.path = path
+        self.capacity = capacity
+        self._map: mmap.mmap | None = None
+        self._data: memoryview | None = None
+        self._consumed: memoryview | None = None
+        self._produced = 0
+        self._broken = False  # the file could not be made: every frame goes inline
+
+    def place(self, parts: list[memoryview], nbytes: int) -> memoryview | None:
+        """Copy a payload of `nbytes` (the concatenation of `parts`) into the ring.
+
+        Returns the bytes in the ring, or None when there is no room (send it inline).
+        """
+        if self._data is None and not self._create():
+            return None
+        cap = self.capacity
+        pos = self._produced % cap
+        skip = cap - pos if pos + nbytes > cap else 0
+        if self._produced + skip + nbytes - self._consumed[0] > cap:
+            return None  # the reader is behind (or the payload is larger than the ring)
+        start = at = 0 if skip else pos
+        data = self._data
+        for part in parts:
+            n = len(part)
+            data[at : at + n] = part
+            at += n
+        self._produced += skip + nbytes
+        return data[start:at]
+
+    def _create(self) -> bool:
+        if self._broken:
+            return False
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        except OSError:
+            self._broken = True
+            return False
+        try:
+            os.ftruncate(fd, _CONTROL + self.capacity)
+            self._map = mmap.mmap(fd, _CONTROL + self.capacity)
+        except OSError:
+            self._broken = True
+            _unlink(self.path)
+            return False
+        finally:
+            os.close(fd)
+        self._consumed = memoryview(self._map)[:8].cast("Q")
+        self._data = memoryview(self._map)[_CONTROL:]
+        return True
+
+    def close(self) -> None:
+        """The link is gone: remove the file if the reader never took it (mappings end with the process)."""
+        if self._map is not None:
+            _unlink(self.path)
+
+
+class LaneError(Exception):
+    """A ``LANE`` frame whose lane cannot be read (the reader turns it into a link failure)."""
+
+
+class LaneReader:
+    """The receiving end: payload views in arrival order (the caller holds the pair's ``rx_lock``)."""
+
+    __slots__ = ("path", "capacity", "_map", "_data", "_consumed", "_cursor")
+
+    def __init__(self, path: str, capacity: int = DEFAULT_CAPACITY) -> None:
+        self.path = path
+        self.capacity = capacity
+        self._map: mmap.mmap | None = None
+        self._data: memoryview | None = None
+        self._consumed: memoryview | None = None
+        self._cursor = 0
+
+    def take(self, nbytes: int) -> memoryview:
+        """The next payload, `nbytes` long; valid until ``release``."""
+        if self._data is None:
+            self._open()
+        cap = self.capacity
+        if nbytes > cap:
+            raise LaneError(f"a {nbytes}-byte payload cannot be in a {cap}-byte lane")
+        pos = self._cursor % cap
+        if pos + nbytes > cap:
+            self._cursor += cap - pos
+            pos = 0
+        self._cursor += nbytes
+        return self._data[pos : pos + nbytes]
+
+    def release(self) -> None:
+        """Done with the payload from ``take``: the writer may reuse its bytes."""
+        self._consumed[0] = self._cursor
+
+    def _open(self) -> None:
+        try:
+            fd = os.open(self.path, os.O_RDWR)
+        except OSError as exc:
+            raise LaneError(f"cannot open the shared-memory lane {self.path}: {exc}") from None
+        try:
+            if os.fstat(fd).st_size != _CONTROL + self.capacity:
+                raise LaneError(f"the shared-memory lane {self.path} has the wrong size")
+            self._map = mmap.mmap(fd, _CONTROL + self.capacity)
+        finally:
+            os.close(fd)
+        _unlink(self.path)  # both ends have it mapped: it goes away with them
+        self._consumed = memoryview(self._map)[:8].cast("Q")
+        self._data = memoryview(self._map)[_CONTROL:]
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+__all__ = ["LANE_MIN", "LaneError", "LaneReader", "LaneWriter", "NO_KEY", "host_key", "lane_path"]
