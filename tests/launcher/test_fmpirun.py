@@ -404,3 +404,32 @@ def test_bad_fmpi_variables_are_refused_once_by_fmpirun():
     result = run("-n", "2", PY, "-c", "pass", env=dict(os.environ, FMPI_SPIN_US="soon"))
     assert result.returncode == 2
     assert "FMPI_SPIN_US must be a number of microseconds, not 'soon'" in result.stderr
+    result = run("-n", "2", PY, "-c", "pass", env=dict(os.environ, FMPI_SHM="yes"))
+    assert result.returncode == 2
+    assert "FMPI_SHM must be 0 (no shared-memory lanes) or 1, not 'yes'" in result.stderr
+
+
+LARGE_RING = """
+import numpy as np
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+data = np.arange(200_000, dtype=np.float64) + comm.rank
+out = np.empty_like(data)
+comm.Sendrecv(data, (comm.rank + 1) % comm.size, recvbuf=out, source=(comm.rank - 1) % comm.size)
+assert np.array_equal(out, np.arange(200_000, dtype=np.float64) + (comm.rank - 1) % comm.size)
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("shm, summary", [("1", "; 3 with shared memory;"), ("0", None)])
+def test_local_ranks_move_large_payloads_through_shared_memory_unless_told_not_to(shm, summary):
+    before = {f for f in os.listdir("/dev/shm") if f.startswith("fmpi-lane-")}
+    result = run("-n", "3", PY, "-c", LARGE_RING, env=dict(os.environ, FMPI_SHM=shm))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["ok"] * 3
+    line = next(line for line in result.stderr.splitlines() if line.startswith("fmpirun: links: 3 "))
+    if summary:
+        assert summary in line, line
+    else:
+        assert "shared memory" not in line, line
+    assert {f for f in os.listdir("/dev/shm") if f.startswith("fmpi-lane-")} == before  # nothing left behind

@@ -200,13 +200,14 @@ def test_link_events_and_final_statistics_reach_the_launcher(relay):
         conn = RelayConnection(_url(relay))
         register(conn, "stats", TOKEN, r, f"i{r}", [("127.0.0.1", 4000 + r)], 5)
         members.append(conn)
-    members[0].send(Kind.LINK, {"peer": 1, "kind": "punched", "seconds": 0.01, "event": "up"})
+    members[0].send(Kind.LINK, {"peer": 1, "kind": "punched", "seconds": 0.01, "event": "up", "shared_memory": True})
     members[0].send(Kind.LINK, {"peer": 1, "kind": "sideways", "seconds": 0.01})  # unknown kinds are dropped
-    members[1].send(Kind.FINISHED, {"code": 0, "links": [{"peer": 0, "kind": "punched", "seconds": 0.02}, "junk"]})
+    members[1].send(Kind.FINISHED, {"code": 0, "links": [{"peer": 0, "kind": "punched", "seconds": 0.02, "shared_memory": "yes"}, "junk"]})
     events = []
     while len(events) < 2:
         body = watcher.expect(Kind.EVENT, 5)
         if body["type"] in ("link", "finished"):
             events.append(body)
-    assert events[0] == {"type": "link", "rank": 0, "peer": 1, "kind": "punched", "seconds": 0.01, "event": "up"}
-    assert events[1]["links"] == [{"peer": 0, "kind": "punched", "seconds": 0.02, "failovers": 0}]
+    assert events[0] == {"type": "link", "rank": 0, "peer": 1, "kind": "punched", "seconds": 0.01, "event": "up", "shared_memory": True}
+    # (only a real True counts as shared memory)
+    assert events[1]["links"] == [{"peer": 0, "kind": "punched", "seconds": 0.02, "failovers": 0, "shared_memory": False}]

@@ -289,7 +289,8 @@ class RelayServer(JobLifecycle, DsoServing):
         elif isinstance(role, Member) and kind is Kind.LINK:
             if body["kind"] in LINK_KINDS:
                 event = {"type": "link", "rank": role.rank, "peer": body["peer"], "kind": body["kind"],
-                         "seconds": body["seconds"], "event": str(body.get("event", "up"))[:16]}
+                         "seconds": body["seconds"], "event": str(body.get("event", "up"))[:16],
+                         "shared_memory": body.get("shared_memory") is True}
                 job.watcher.send(Kind.EVENT, event)
         elif isinstance(role, Job) and kind is Kind.END:
             self._end_job(job)
@@ -314,7 +315,8 @@ def _link_reports(raw: Any, size: int) -> list[dict[str, Any]] | None:
             seconds = None
         if not isinstance(failovers, int) or isinstance(failovers, bool):
             failovers = 0
-        out.append({"peer": peer, "kind": kind, "seconds": seconds, "failovers": failovers})
+        shared = item.get("shared_memory") is True
+        out.append({"peer": peer, "kind": kind, "seconds": seconds, "failovers": failovers, "shared_memory": shared})
     return out
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from .frames import DATA, HEADER_SIZE, Flag, FrameError, Header, unpack_header
-from .shm_lane import LaneError, LaneReader
+from .shm_lane import LaneReader
 
 _LANE = int(Flag.LANE)
 
@@ -95,10 +95,7 @@ class FrameAssembler:
         lane = self.lane
         if lane is None or header.kind is not DATA:
             raise FrameError(f"a {header.kind.name} frame flagged LANE on a carrier without a lane")
-        try:
-            payload = lane.take(header.nbytes)
-        except LaneError as exc:
-            raise FrameError(str(exc)) from None
+        payload = lane.take(header.nbytes)  # (a LaneError is an OSError: the link fails over)
         try:
             self._sink.frame_whole(self, header, payload)
         finally:

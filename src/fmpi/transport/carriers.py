@@ -235,7 +235,8 @@ class CarrierMixin:
         link.retired = True
         self._loop.unregister(link.sock)
         link.drop_queue()
-        link.close_lanes()
+        # (its lane files stay until the engine stops: the peer may still be reading
+        # LANE headers that were in flight, and fails over to the relay if it cannot)
         try:
             link.sock.close()
         except OSError:

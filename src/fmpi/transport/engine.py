@@ -401,7 +401,7 @@ class Engine(CarrierMixin, ReceivingMixin, WaitingMixin, HeldReceiveMixin):
         if self._listener is not None:
             self._listener.close()
         with self._lock:
-            links = [p.link for p in self._peers.values() if p.link is not None]
+            links = [p.link for p in self._peers.values() if p.link is not None] + self._old_links
             self._notify_locked()  # a thread still waiting learns the loop is gone
         for link in links:
             link.close_lanes()

@@ -106,6 +106,7 @@ class Link(QueuedWriter):
         self.asm.lane = into
 
     def close_lanes(self) -> None:
+        """Remove our lane's file if the peer never opened it (the engine stops)."""
         if self.lane_out is not None:
             self.lane_out.close()
 

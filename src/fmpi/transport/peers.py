@@ -80,6 +80,7 @@ class Peer:
             "kind": self.kind,
             "seconds": None if self.setup_seconds is None else round(self.setup_seconds, 6),
             "failovers": self.failovers,
-            # large payloads go through shared memory (shm_lane.py): the peer is on this host
-            "shared_memory": self.state is PeerState.LINKED and self.link is not None and self.link.lane_out is not None,
+            # large payloads went through shared memory (shm_lane.py): the peer is on this host
+            # (after a failover the pair is relayed: no more lanes)
+            "shared_memory": self.kind != "relayed" and self.link is not None and self.link.lane_out is not None,
         }

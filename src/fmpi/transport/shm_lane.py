@@ -15,7 +15,9 @@ reader the receiving one. The file lives in ``/dev/shm``:
 * the writer creates it on its first large frame (``O_EXCL``) and maps it;
 * the reader opens it when the first ``LANE`` header arrives, maps it and
   unlinks it at once, so from then on it disappears with the two processes;
-* the writer unlinks it when its link closes, in case the reader never came.
+* the writer unlinks it when its engine stops, in case the reader never
+  came (not when the link breaks: the reader may still be reading headers
+  that were in flight).
 
 Ring discipline. The writer places payloads one after another and never
 splits one: a payload that does not fit before the end of the ring starts
@@ -75,17 +77,31 @@ def lane_path(stem: str, src: int, dst: int) -> str:
     return os.path.join(SHM_DIR, f"fmpi-lane-{stem}-{src}-{dst}")
 
 
-class LaneWriter:
-    """The sending end: places payloads into the ring (the caller holds the link's write lock)."""
+class _Lane:
+    """One end of a lane: the file's mapping, once made (lazily: most links never carry a large payload)."""
 
-    __slots__ = ("path", "capacity", "_map", "_data", "_consumed", "_produced", "_broken")
+    __slots__ = ("path", "capacity", "_map", "_data", "_consumed")
 
     def __init__(self, path: str, capacity: int = DEFAULT_CAPACITY) -> None:
         self.path = path
         self.capacity = capacity
         self._map: mmap.mmap | None = None
-        self._data: memoryview | None = None
-        self._consumed: memoryview | None = None
+        self._data: memoryview | None = None  # the ring
+        self._consumed: memoryview | None = None  # the reader's count, one uint64
+
+    def _map_file(self, fd: int) -> None:
+        self._map = mmap.mmap(fd, _CONTROL + self.capacity)
+        self._consumed = memoryview(self._map)[:8].cast("Q")
+        self._data = memoryview(self._map)[_CONTROL:]
+
+
+class LaneWriter(_Lane):
+    """The sending end: places payloads into the ring (the caller holds the pair stream's lock)."""
+
+    __slots__ = ("_produced", "_broken")
+
+    def __init__(self, path: str, capacity: int = DEFAULT_CAPACITY) -> None:
+        super().__init__(path, capacity)
         self._produced = 0
         self._broken = False  # the file could not be made: every frame goes inline
 
@@ -120,38 +136,32 @@ class LaneWriter:
             return False
         try:
             os.ftruncate(fd, _CONTROL + self.capacity)
-            self._map = mmap.mmap(fd, _CONTROL + self.capacity)
+            self._map_file(fd)
         except OSError:
             self._broken = True
             _unlink(self.path)
             return False
         finally:
             os.close(fd)
-        self._consumed = memoryview(self._map)[:8].cast("Q")
-        self._data = memoryview(self._map)[_CONTROL:]
         return True
 
     def close(self) -> None:
-        """The link is gone: remove the file if the reader never took it (mappings end with the process)."""
+        """The engine stops: remove the file if the reader never took it (mappings end with the process)."""
         if self._map is not None:
             _unlink(self.path)
 
 
-class LaneError(Exception):
-    """A ``LANE`` frame whose lane cannot be read (the reader turns it into a link failure)."""
+class LaneError(OSError):
+    """A ``LANE`` frame whose lane cannot be read: the link fails (over to the relay, which resends inline)."""
 
 
-class LaneReader:
+class LaneReader(_Lane):
     """The receiving end: payload views in arrival order (the caller holds the pair's ``rx_lock``)."""
 
-    __slots__ = ("path", "capacity", "_map", "_data", "_consumed", "_cursor")
+    __slots__ = ("_cursor",)
 
     def __init__(self, path: str, capacity: int = DEFAULT_CAPACITY) -> None:
-        self.path = path
-        self.capacity = capacity
-        self._map: mmap.mmap | None = None
-        self._data: memoryview | None = None
-        self._consumed: memoryview | None = None
+        super().__init__(path, capacity)
         self._cursor = 0
 
     def take(self, nbytes: int) -> memoryview:
@@ -180,12 +190,10 @@ class LaneReader:
         try:
             if os.fstat(fd).st_size != _CONTROL + self.capacity:
                 raise LaneError(f"the shared-memory lane {self.path} has the wrong size")
-            self._map = mmap.mmap(fd, _CONTROL + self.capacity)
+            self._map_file(fd)
         finally:
             os.close(fd)
         _unlink(self.path)  # both ends have it mapped: it goes away with them
-        self._consumed = memoryview(self._map)[:8].cast("Q")
-        self._data = memoryview(self._map)[_CONTROL:]
 
 
 def _unlink(path: str) -> None:
