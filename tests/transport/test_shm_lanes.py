@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import threading
 import uuid
 
@@ -208,3 +209,24 @@ def test_a_link_dying_with_payloads_in_its_lanes_loses_and_duplicates_nothing():
             assert stats["kind"] == "relayed" and stats["failovers"] == 1 and stats["shared_memory"] is False
     finally:
         w.close()
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 1 MiB tmpfs, like the small /dev/shm of a container (mounting needs root, as the NAT lab does)."""
+    mount = tmp_path / "shm"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=True)  # (lazy: a test may still map a file there)
+
+
+def test_a_lane_that_does_not_fit_in_shared_memory_means_inline_frames_not_a_crash(small_tmpfs):
+    w = LaneWriter(str(small_tmpfs / "lane"), 4 << 20)  # 4 MiB in a 1 MiB tmpfs
+    assert w.place([memoryview(_bytes(1, 100_000))], 100_000) is None
+    assert w.place([memoryview(_bytes(2, 100_000))], 100_000) is None  # and it does not try again
+    assert not os.listdir(small_tmpfs)
+    fits = LaneWriter(str(small_tmpfs / "fits"), 256 * 1024)
+    assert bytes(fits.place([memoryview(_bytes(3, 100_000))], 100_000)) == _bytes(3, 100_000)

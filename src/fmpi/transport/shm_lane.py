@@ -12,7 +12,9 @@ the stream's, and the header is what wakes the receiver.
 One lane per direction of a link; its writer is the sending rank, its
 reader the receiving one. The file lives in ``/dev/shm``:
 
-* the writer creates it on its first large frame (``O_EXCL``) and maps it;
+* the writer creates it on its first large frame (``O_EXCL``), reserves
+  its pages (a ``/dev/shm`` too small for it means no lane, not a crash
+  later) and maps it;
 * the reader opens it when the first ``LANE`` header arrives, maps it and
   unlinks it at once, so from then on it disappears with the two processes;
 * the writer unlinks it when its engine stops, in case the reader never
@@ -50,8 +52,9 @@ import os
 SHM_DIR = "/dev/shm"
 #: Payloads at least this large go through the lane (smaller ones are cheap on TCP, where their header goes anyway).
 LANE_MIN = 16 * 1024
-#: Ring size per direction. Pages are touched only as used (tmpfs files are sparse).
-DEFAULT_CAPACITY = 8 << 20
+#: Ring size per direction: it holds several of a ring allreduce's chunks (at most 1 MiB each).
+#: Larger payloads go inline. Made only for links that carry a large payload.
+DEFAULT_CAPACITY = 4 << 20
 #: Bytes before the ring: the reader's ``consumed`` counter, alone on its page.
 _CONTROL = mmap.PAGESIZE
 #: The host key of a rank that has lanes turned off: it never matches.
@@ -135,7 +138,10 @@ class LaneWriter(_Lane):
             self._broken = True
             return False
         try:
-            os.ftruncate(fd, _CONTROL + self.capacity)
+            # Reserve the pages now: a page of a sparse file that tmpfs cannot
+            # provide later (a small /dev/shm, as in a container) kills the
+            # writer with SIGBUS; a lane that does not fit fails here (ENOSPC).
+            os.posix_fallocate(fd, 0, _CONTROL + self.capacity)
             self._map_file(fd)
         except OSError:
             self._broken = True
