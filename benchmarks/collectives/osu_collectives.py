@@ -198,7 +198,7 @@ def table(n: int, results: dict[str, dict], args: argparse.Namespace) -> str:
     ]
     keys = sorted(set().union(*[r.keys() for r in results.values()]), key=lambda k: ((COLLECTIVES + EXTRA).index(k[0]), k[1]))
     for coll, nbytes in keys:
-        f, s, ft, t = (results.get(b, {}).get((coll, nbytes)) for b in BACKENDS)
+        f, s, ft, t = (results[b].get((coll, nbytes)) for b in BACKENDS)
         size = "—" if coll == "barrier" else fmt_size(nbytes)
         lines.append(
             f"| {coll} | {size} | {fmt_us(f)} | {fmt_us(s)} | {fmt_ratio(f, s)} "

@@ -113,7 +113,7 @@ def test_the_handshake_gives_both_ends_the_same_lane_stem_only_for_matching_host
 
 
 def test_host_key_names_this_host_and_network_namespace():
-    assert host_key() == host_key() != NO_KEY  # (tests/nat checks that other namespaces differ)
+    assert host_key() == host_key() != NO_KEY  # (tests/natpunch: another namespace has another key)
 
 
 # ------------------------------------------------------------------ engines

@@ -119,7 +119,7 @@ def initiate(
     sock.sendall(HELLO.pack(MAGIC, VERSION, me, peer, nonce_c, host))
     first = _recv_exact(sock, 1)
     if first == MAGIC[:1]:
-        hello = check_hello(first + _recv_exact(sock, HELLO.size - 1), me)
+        hello = _check_hello(first + _recv_exact(sock, HELLO.size - 1), me)
         if hello.src != peer:
             raise HandshakeError(f"the endpoint given for rank {peer} is rank {hello.src}")
         if me > peer:
@@ -153,7 +153,7 @@ class Hello:
     host: bytes
 
 
-def check_hello(raw: bytes, me: int) -> Hello:
+def _check_hello(raw: bytes, me: int) -> Hello:
     magic, version, src, dst, nonce, host = HELLO.unpack(raw)
     if magic != MAGIC:
         raise HandshakeError("not an fmpi peer (bad magic)")
@@ -170,7 +170,7 @@ def read_hello(sock: socket.socket, me: int) -> Hello:
     magic, version, _src, dst, _nonce, _host = HELLO.unpack(raw)
     if magic == MAGIC and version == VERSION and dst != me:
         sock.sendall(REPLY.pack(Verdict.WRONG_RANK, bytes(NONCE), bytes(MAC), NO_KEY))
-    return check_hello(raw, me)
+    return _check_hello(raw, me)
 
 
 def accept_side(

@@ -48,6 +48,7 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
+from pathlib import Path
 
 SHM_DIR = "/dev/shm"
 #: Payloads at least this large go through the lane (smaller ones are cheap on TCP, where their header goes anyway).
@@ -145,7 +146,7 @@ class LaneWriter(_Lane):
             self._map_file(fd)
         except OSError:
             self._broken = True
-            _unlink(self.path)
+            Path(self.path).unlink(missing_ok=True)
             return False
         finally:
             os.close(fd)
@@ -154,7 +155,7 @@ class LaneWriter(_Lane):
     def close(self) -> None:
         """The engine stops: remove the file if the reader never took it (mappings end with the process)."""
         if self._map is not None:
-            _unlink(self.path)
+            Path(self.path).unlink(missing_ok=True)
 
 
 class LaneError(OSError):
@@ -199,14 +200,7 @@ class LaneReader(_Lane):
             self._map_file(fd)
         finally:
             os.close(fd)
-        _unlink(self.path)  # both ends have it mapped: it goes away with them
-
-
-def _unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
+        Path(self.path).unlink(missing_ok=True)  # both ends have it mapped: it goes away with them
 
 
 __all__ = ["LANE_MIN", "LaneError", "LaneReader", "LaneWriter", "NO_KEY", "host_key", "lane_path"]
