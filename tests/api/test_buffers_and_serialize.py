@@ -66,11 +66,13 @@ def test_bad_specs_raise_mpi_exceptions(spec, writable, code):
     assert info.value.Get_error_class() == code
 
 
-def test_read_only_numpy_receive_buffer_is_refused():
+def test_unusable_buffers_are_buffer_errors_as_in_mpi4py_and_mpi_errors():
     a = np.zeros(3)
     a.flags.writeable = False
-    with pytest.raises(err.Exception, match="read-only"):
-        message(a, True)
+    for spec, writable, text in ((a, True, "read-only"), (b"xyz", True, "read-only"), (np.zeros(6)[::2], False, "C-contiguous")):
+        with pytest.raises(BufferError, match=text) as info:
+            message(spec, writable)
+        assert isinstance(info.value, err.Exception) and info.value.Get_error_class() == err.ERR_BUFFER
 
 
 def test_pair_types_match_c_struct_layout():

@@ -10,6 +10,7 @@ import pytest
 
 from fmpi import MPI
 from fmpi.api import collspecs
+from fmpi.collectives import table
 
 
 # ---------------------------------------------------------------------- Op
@@ -145,3 +146,29 @@ def test_comm_self_collectives():
     assert dup.Compare(comm) == MPI.CONGRUENT and dup.Get_group().Compare(comm.Get_group()) == MPI.IDENT
     assert comm.Split(MPI.UNDEFINED) is MPI.COMM_NULL
     dup.Free()
+
+
+def test_a_repeated_allreduce_picks_its_algorithm_again_when_the_table_changes():
+    """The remembered plan (api/repeated_calls.py) is only reused while the table's settings stay."""
+    comm = MPI.COMM_SELF.Dup()
+    send, recv = np.arange(4.0), np.zeros(4)
+    comm.Allreduce(send, recv, MPI.SUM)
+    memo = comm._allreduce_memo
+    comm.Allreduce(send, recv, MPI.SUM)
+    assert comm._allreduce_memo is memo  # the same call again: reused
+    table.configure(forced="allreduce:ring")
+    try:
+        send += 1
+        comm.Allreduce(send, recv, MPI.SUM)
+        assert list(recv) == [1.0, 2.0, 3.0, 4.0]
+        assert comm._allreduce_memo is not memo
+        assert comm._allreduce_memo._algorithm is table.ALGORITHMS["allreduce"]["ring"]
+    finally:
+        table.reset()
+    comm.Allreduce(send, recv, MPI.SUM)
+    assert comm._allreduce_memo._algorithm is table.ALGORITHMS["allreduce"]["recursive_doubling"]
+    big_send, big_recv = np.ones(100_000), np.zeros(100_000)  # too large to remember
+    last = comm._allreduce_memo
+    comm.Allreduce(big_send, big_recv, MPI.SUM)
+    assert comm._allreduce_memo is last and big_recv.sum() == 100_000
+    comm.Free()

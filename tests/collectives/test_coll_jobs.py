@@ -61,7 +61,7 @@ def _lines(directory) -> list[str]:
     return sorted(line for f in directory.glob("rank*.txt") for line in f.read_text().splitlines())
 
 
-@pytest.mark.parametrize("program", ["diff_lowercase.py", "diff_uppercase.py", "diff_comms.py"])
+@pytest.mark.parametrize("program", ["diff_lowercase.py", "diff_uppercase.py", "diff_comms.py", "diff_repeated.py"])
 @pytest.mark.parametrize("n", [1, 3, 4])
 def test_same_results_as_mpich(fmpi, mpich, tmp_path, program, n):
     ours, ref = tmp_path / "fmpi", tmp_path / "mpich"

@@ -299,13 +299,17 @@ def test_local_ranks_share_the_cores_among_blas_threads():
     assert run("-n", "2", PY, "-c", code, env=env).stdout.split() == [str(max(1, CORES // 2)), "3"] * 2
 
 
-def test_ranks_do_not_spin_in_waits_when_they_outnumber_the_cores():
-    code = "import os; from mpi4py import MPI; print(os.environ.get('FMPI_SPIN_US', '-'))"
-    env = {k: v for k, v in os.environ.items() if k != "FMPI_SPIN_US"}
-    assert run("-n", str(CORES + 1), PY, "-c", code, env=env).stdout.split() == ["0"] * (CORES + 1)
-    assert run("-n", str(CORES), PY, "-c", code, env=env).stdout.split() == ["-"] * CORES  # the default spin
+def test_ranks_yield_their_core_in_waits_when_they_outnumber_the_cores():
+    code = (
+        "import os; from mpi4py import MPI; "
+        "print(os.environ.get('FMPI_SPIN_US', '-') + '/' + os.environ.get('FMPI_SPIN_YIELD', '-'))"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("FMPI_SPIN_US", "FMPI_SPIN_YIELD")}
+    assert run("-n", str(CORES + 1), PY, "-c", code, env=env).stdout.split() == ["1000/1"] * (CORES + 1)
+    assert run("-n", str(CORES), PY, "-c", code, env=env).stdout.split() == ["-/-"] * CORES  # the default spin
     env["FMPI_SPIN_US"] = "7"  # what the user set wins
-    assert run("-n", str(CORES + 1), PY, "-c", code, env=env).stdout.split() == ["7"] * (CORES + 1)
+    env["FMPI_SPIN_YIELD"] = "0"
+    assert run("-n", str(CORES + 1), PY, "-c", code, env=env).stdout.split() == ["7/0"] * (CORES + 1)
 
 
 def test_fmpi_timeout_turns_a_deadlock_into_a_diagnosis(program):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import select
 import socket
+import subprocess
+import sys
 import time
 
 import pytest
@@ -82,3 +84,48 @@ def test_no_spin_budget_goes_straight_to_sleep(pair):
     budget = SpinBudget(0.0)
     a.send(b"x")
     assert spin_poll(poller, None, budget) == [(b.fileno(), select.POLLIN)]
+
+
+def test_fmpi_spin_yield_is_0_or_1():
+    assert TransportOptions.from_env({}).spin_yield is False
+    assert TransportOptions.from_env({"FMPI_SPIN_YIELD": "1"}).spin_yield is True
+    assert TransportOptions.from_env({"FMPI_SPIN_YIELD": "0"}).spin_yield is False
+    with pytest.raises(ValueError, match="FMPI_SPIN_YIELD must be 0 or 1 .*not 'yes'"):
+        TransportOptions.from_env({"FMPI_SPIN_YIELD": "yes"})
+
+
+# A process pinned to one core beside a busy process on that core spins for a while without
+# anything arriving and reports the share of the core it took, yielding or not.
+_SHARE_OF_CORE = """
+import os, select, socket, sys, time
+from fmpi.transport.spinning import SpinBudget, spin_poll
+core = min(os.sched_getaffinity(0))
+os.sched_setaffinity(0, {core})
+busy = os.fork()
+if busy == 0:
+    while True:
+        pass
+try:
+    a, b = socket.socketpair()
+    poller = select.poll()
+    poller.register(b.fileno(), select.POLLIN)
+    shares = []
+    for yielding in (False, True, False, True):
+        start, cpu = time.monotonic(), time.thread_time()
+        assert spin_poll(poller, 0, SpinBudget(0.3, yielding)) == []
+        shares.append((time.thread_time() - cpu) / (time.monotonic() - start))
+    print(min(shares[0], shares[2]), max(shares[1], shares[3]))
+finally:
+    os.kill(busy, 9)
+    os.waitpid(busy, 0)
+"""
+
+
+def test_a_yielding_spin_leaves_its_core_to_a_process_with_work():
+    out = subprocess.run([sys.executable, "-c", _SHARE_OF_CORE], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    plain, yielding = map(float, out.stdout.split())
+    # Beside a busy process a plain spin gets about half the core (the scheduler's fair share);
+    # a yielding one hands nearly all of it over and runs only when the other's turn ends.
+    assert plain > 0.3
+    assert yielding < plain / 2

@@ -38,9 +38,9 @@ def byte_view(obj: Any, writable: bool) -> tuple[memoryview, Datatype]:
     """A flat byte view of `obj` and the datatype its element type implies."""
     if isinstance(obj, np.ndarray):
         if not obj.flags.c_contiguous:
-            raise err.Exception(err.ERR_BUFFER, "buffer is not C-contiguous; pass np.ascontiguousarray(buf)")
+            raise err.UnusableBuffer("buffer is not C-contiguous; pass np.ascontiguousarray(buf)")
         if writable and not obj.flags.writeable:
-            raise err.Exception(err.ERR_BUFFER, "receive buffer is read-only")
+            raise err.UnusableBuffer("receive buffer is read-only")
         flat = obj.reshape(-1).view(np.uint8)
         return memoryview(flat), from_dtype(obj.dtype)
     try:
@@ -50,9 +50,9 @@ def byte_view(obj: Any, writable: bool) -> tuple[memoryview, Datatype]:
             err.ERR_BUFFER, f"{type(obj).__name__} is not a buffer (use a numpy array, bytearray, memoryview or mmap)"
         ) from None
     if not view.c_contiguous:
-        raise err.Exception(err.ERR_BUFFER, "buffer is not C-contiguous")
+        raise err.UnusableBuffer("buffer is not C-contiguous")
     if writable and view.readonly:
-        raise err.Exception(err.ERR_BUFFER, f"receive buffer ({type(obj).__name__}) is read-only")
+        raise err.UnusableBuffer(f"receive buffer ({type(obj).__name__}) is read-only")
     datatype = from_typechar(view.format.lstrip("@=<>!")) or DATATYPES["BYTE"]
     if view.format != "B" or view.ndim != 1:
         view = view.cast("B")

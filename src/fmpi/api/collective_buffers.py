@@ -31,6 +31,7 @@ from ..collectives.options import (
 )
 from . import collspecs as specs
 from .op import SUM, Op
+from .repeated_calls import AllreduceMemo
 from .request import Request
 
 Plan = Callable[[Channel], None]
@@ -59,7 +60,10 @@ def _reduction_arrays(self, sendbuf: Any, recvbuf: Any, op: Op) -> tuple[np.ndar
 
 
 class BufferCollectives:
-    """Mixed into ``Intracomm``; needs ``_blocking``, ``_nonblocking``, ``_root``, ``rank``, ``size``."""
+    """Mixed into ``Intracomm``; needs ``_blocking``, ``_nonblocking``, ``_root``, ``rank``, ``size``,
+    and ``_allreduce_memo`` (None at first: see ``repeated_calls``)."""
+
+    _allreduce_memo: AllreduceMemo | None
 
     # ---------------------------------------------------------------- barrier
     def Barrier(self) -> None:
@@ -105,15 +109,25 @@ class BufferCollectives:
         return lambda ch: table.run("reduce", ch, opts, send.nbytes, op.commute)
 
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> None:
-        self._blocking(self._plan_allreduce(sendbuf, recvbuf, op))
+        memo = self._allreduce_memo
+        if memo is None or not memo.fits(sendbuf, recvbuf, op):
+            opts = self._allreduce_options(sendbuf, recvbuf, op)
+            if not AllreduceMemo.worth_it(sendbuf, recvbuf, opts):
+                self._blocking(lambda ch: table.run("allreduce", ch, opts, opts.recv.nbytes, opts.commute))
+                return
+            memo = self._allreduce_memo = AllreduceMemo(sendbuf, recvbuf, op, opts)
+        self._blocking(memo.run)
 
     def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> Request:
         return self._nonblocking(self._plan_allreduce(sendbuf, recvbuf, op))
 
     def _plan_allreduce(self, sendbuf: Any, recvbuf: Any, op: Op) -> Plan:
+        opts = self._allreduce_options(sendbuf, recvbuf, op)
+        return lambda ch: table.run("allreduce", ch, opts, opts.recv.nbytes, opts.commute)
+
+    def _allreduce_options(self, sendbuf: Any, recvbuf: Any, op: Op) -> AllreduceOptions:
         send, recv, combine = _reduction_arrays(self, sendbuf, recvbuf, op)
-        opts = AllreduceOptions(send, recv, combine, op.commute, table.tuning().segment, server_side.server_op(op))
-        return lambda ch: table.run("allreduce", ch, opts, recv.nbytes, op.commute)
+        return AllreduceOptions(send, recv, combine, op.commute, table.tuning().segment, server_side.server_op(op))
 
     def Scan(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> None:
         self._blocking(self._plan_scan(sendbuf, recvbuf, op, False))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from typing import Any
 
 SUCCESS = 0
@@ -63,6 +64,17 @@ class Exception(RuntimeError):  # noqa: A001 - the name mpi4py users catch
 
     def __int__(self) -> int:
         return self.ierr
+
+
+class UnusableBuffer(Exception, builtins.BufferError):
+    """A buffer the call cannot use as it is (read-only where it must be written, not contiguous).
+
+    mpi4py raises ``BufferError`` for these, before any MPI call; this is that
+    and an ``MPI.Exception`` of class ERR_BUFFER, so code catching either works.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ERR_BUFFER, message)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, int):

@@ -56,6 +56,7 @@ class Intracomm(ObjectCollectives, BufferCollectives, Comm):
     def __init__(self, engine: Engine | None, group: tuple[int, ...], context: int, name: str = "") -> None:
         super().__init__(engine, group, context, name)
         self._nb_seq = 0
+        self._allreduce_memo = None
         self._worker: Worker | None = None
         self._create_group_seq: dict[tuple, int] = {}
 

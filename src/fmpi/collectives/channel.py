@@ -25,7 +25,10 @@ from ..transport.requests import Op, RecvOp, TransportError
 
 def as_bytes(arr: np.ndarray) -> memoryview:
     """The bytes of a 1-D contiguous array (a view: what the transport sends from and fills)."""
-    return memoryview(arr.view(np.uint8))
+    try:
+        return memoryview(arr).cast("B")  # (half the time of a uint8 view: it runs per message)
+    except (TypeError, ValueError):  # dtypes the buffer protocol cannot describe (datetime64, ...)
+        return memoryview(arr.view(np.uint8))
 
 
 class Channel:

@@ -171,6 +171,7 @@ class _Config:
     def __init__(self) -> None:
         self.tuning: Tuning | None = None
         self.forced: dict[str, str] = {}
+        self.generation = 0  # bumped whenever the settings change (callers remember choices per generation)
 
     def load(self) -> None:
         values = {}
@@ -184,6 +185,7 @@ class _Config:
                     raise ValueError(f"{name}={raw!r}: expected a number of bytes such as 65536, 64K or 1M") from None
         self.tuning = Tuning(**values)
         self.forced = parse_forced(os.environ.get("FMPI_COLL_ALGO", ""))
+        self.generation += 1
 
 
 _config = _Config()
@@ -224,6 +226,7 @@ def configure(forced: dict[str, str] | str | None = None, **knobs: int) -> None:
     _config.tuning = replace(base, **knobs)
     if forced is not None:
         _config.forced = parse_forced(forced) if isinstance(forced, str) else dict(forced)
+    _config.generation += 1
 
 
 def reset() -> None:
@@ -282,10 +285,23 @@ def choose(
 
 def run(collective: str, ch: Channel, opts: Any, nbytes: int, commute: bool = True, equal_blocks: bool = True) -> str:
     """Pick and run an algorithm; returns its name."""
-    server = ch.server is not None and server_side.can_run(collective, ch, opts)
-    name = choose(collective, nbytes, ch.size, commute, equal_blocks, server)
+    name = pick(collective, ch, opts, nbytes, commute, equal_blocks)
     ALGORITHMS[collective][name](ch, opts)
     return name
+
+
+def pick(collective: str, ch: Channel, opts: Any, nbytes: int, commute: bool = True, equal_blocks: bool = True) -> str:
+    """The algorithm ``run`` would run for this call (the same for any call of this communicator with equal
+    arguments, as long as ``generation()`` stays the same)."""
+    server = ch.server is not None and server_side.can_run(collective, ch, opts)
+    return choose(collective, nbytes, ch.size, commute, equal_blocks, server)
+
+
+def generation() -> int:
+    """Changes whenever the settings do (``configure``, ``reset``): a remembered ``pick`` is stale then."""
+    if _config.tuning is None:
+        _config.load()
+    return _config.generation
 
 
 def alltoall_window(largest_block: int, size: int) -> int:
@@ -308,6 +324,8 @@ __all__ = [
     "alltoall_window",
     "choose",
     "configure",
+    "generation",
+    "pick",
     "reset",
     "run",
     "server_forced",

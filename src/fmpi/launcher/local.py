@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from ..transport.spinning import YIELD_SPIN
 from . import closed_output
 from .job import Job
 
@@ -57,8 +58,10 @@ def rank_environment(job: Job, rank: int, base: dict[str, str]) -> dict[str, str
     for var in _THREAD_VARS:
         env.setdefault(var, share)
     if job.size > cores:
-        # More ranks than cores: a rank that spins in a wait takes the core the peer it waits for needs.
-        env.setdefault("FMPI_SPIN_US", "0")
+        # More ranks than cores: a rank that polls in a wait must give its core to the peers that
+        # have work (sched_yield), and may poll longer: those peers' turns come before the reply.
+        env.setdefault("FMPI_SPIN_US", str(int(YIELD_SPIN * 1e6)))
+        env.setdefault("FMPI_SPIN_YIELD", "1")
     env.update(job.spec(rank).to_env())
     env["PYTHONPATH"] = os.pathsep.join(p for p in (SHIM_DIR, _fmpi_root(), base.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"

@@ -138,11 +138,12 @@ class Engine(CarrierMixin, ReceivingMixin, WaitingMixin, HeldReceiveMixin):
         """Post a receive into `buffer` (bytes view), or into a fresh bytearray when None."""
         op = RecvOp(context, source, tag, buffer)
         with self._lock:
-            self._check_fatal()
+            if self._fatal is not None:
+                raise self._fatal
             msg = self._matcher.find_unexpected(op, remove=True)
             if msg is None:
                 if source != ANY_SOURCE and source != self.rank:
-                    peer = self._peer(source)
+                    peer = self._peers.get(source) or self._peer(source)
                     if peer.error is not None:
                         raise peer.error
                 self._matcher.post(op)

@@ -87,7 +87,8 @@ class Matcher(Generic[P, M]):
         if not queue:
             return None
         for i, recv in enumerate(queue):
-            if _wants(recv, source, tag):
+            # (``_wants`` inline: this runs for every message that arrives)
+            if (recv.source == source or recv.source == ANY_SOURCE) and (recv.tag == tag or recv.tag == ANY_TAG):
                 del queue[i]
                 return recv
         return None

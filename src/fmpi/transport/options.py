@@ -17,6 +17,8 @@ experiment overrides from the environment:
                                            (a restart) before giving up (default 30; 0: give up at once)
     FMPI_SPIN_US=US                        a blocking wait polls this many microseconds before it sleeps
                                            (0: never; default: spinning.default_spin)
+    FMPI_SPIN_YIELD=1                      ... and yields its core between polls (sched_yield): for more
+                                           ranks than cores (fmpirun sets it then; default 0)
     FMPI_SHM=0                             no shared-memory lanes between ranks on one host (shm_lane.py;
                                            default: links between such ranks get them)
     FMPI_DEBUG_LINKS=1                     trace link set-up and failover on stderr
@@ -70,6 +72,7 @@ class TransportOptions:
     op_timeout: float | None = None  # FMPI_TIMEOUT: blocking operations fail after this (hang.py)
     relay_rejoin: float = 30.0  # the job's relay may be gone this long (restarting) before the rank gives up; 0: never wait
     spin: float = field(default_factory=default_spin)  # FMPI_SPIN_US: poll before sleeping in a wait (spinning.py)
+    spin_yield: bool = False  # FMPI_SPIN_YIELD: sched_yield between those polls
     lane_capacity: int = DEFAULT_CAPACITY  # bytes per shared-memory lane direction; 0: no lanes (FMPI_SHM=0)
 
     def __post_init__(self) -> None:
@@ -80,6 +83,8 @@ class TransportOptions:
             if f.name == "spin":
                 if not value >= 0:
                     raise ValueError(f"FMPI_SPIN_US must be 0 or more microseconds, not {value * 1e6!r}")
+            elif f.name == "spin_yield":
+                pass
             elif f.name == "lane_capacity":
                 if not value >= 0:
                     raise ValueError(f"lane_capacity must be 0 (no lanes) or more bytes, not {value!r}")
@@ -113,6 +118,11 @@ class TransportOptions:
                 raise ValueError(f"FMPI_SPIN_US must be a number of microseconds, not {spin!r}") from None
         else:
             values["spin"] = default_spin(env)
+        spin_yield = env.get("FMPI_SPIN_YIELD", "").strip()
+        if spin_yield:
+            if spin_yield not in ("0", "1"):
+                raise ValueError(f"FMPI_SPIN_YIELD must be 0 or 1 (yield the core between polls in a wait), not {spin_yield!r}")
+            values["spin_yield"] = spin_yield == "1"
         shm = env.get("FMPI_SHM", "").strip()
         if shm:
             if shm not in ("0", "1"):

@@ -79,7 +79,8 @@ class ReceivingMixin:
                 self._notify_locked()  # a probe may be waiting
                 return
             self._fill(recv, rank, header.tag, payload if recv.buffer is not None else bytearray(payload))
-        self._matched_sync(rank, sync_seq)
+        if sync_seq is not None:
+            self._matched_sync(rank, sync_seq)
 
     def frame_finished(self, source: FrameAssembler, header: Header, payload: memoryview | None) -> None:
         if source.retired:
@@ -162,7 +163,8 @@ class ReceivingMixin:
         recv.status_source = source
         recv.status_tag = tag
         recv.nbytes = nbytes
-        self._complete_locked(recv)
+        recv.done = True  # (``_complete_locked`` inline: once per message)
+        self._notify_locked()
 
     def _after_reads(self) -> None:
         """After a batch of relay reads: acknowledge now, or arm the delayed-ACK timer (progress thread)."""

@@ -11,8 +11,15 @@ a CPU of its own and the answer is about to come. Hence:
 
 * the default is decided by ``default_spin``: no spin when the process may
   use less than one CPU (a cgroup quota, a Lambda function smaller than one
-  vCPU) or when the launcher put more ranks than cores on the machine
-  (fmpirun then sets ``FMPI_SPIN_US=0``);
+  vCPU: its quota would be spent polling, with nothing to yield to);
+* when the launcher put more ranks than cores on the machine, fmpirun has
+  the waits *yield* instead (``FMPI_SPIN_YIELD=1``, with a longer spin):
+  between two polls the rank calls ``sched_yield``, which hands its core to
+  a rank that has work (often the very peer it waits for) and returns at
+  once when there is none. Sleeping instead costs every message a wake-up,
+  and the woken rank preempts the sender in the middle of its ``sendmsg``:
+  at four ranks on two cores a 1-element allreduce took 20-35 % longer that
+  way than with yielding waits;
 * ``SpinBudget`` stops spinning after ``MISSES`` spins in a row that caught
   nothing (a rank waiting on a peer that computes for seconds spins at most
   ``MISSES * spin`` before it only sleeps) and starts again when a wait ends
@@ -28,6 +35,8 @@ from typing import Mapping
 #: Default spin when the rank has a CPU to itself. A peer's fmpi turns a
 #: message around in 20-40 µs; the spin must outlast that to catch the reply.
 DEFAULT_SPIN = 100e-6
+#: The spin fmpirun gives yielding waits (more ranks than cores): several peers' turns on the core.
+YIELD_SPIN = 1e-3
 #: Spins in a row that caught nothing before waits only sleep.
 MISSES = 8
 #: A Lambda function gets one full vCPU at this much memory (AWS documentation).
@@ -63,8 +72,9 @@ def _cgroup_cpus(path: str) -> float:
 class SpinBudget:
     """How long the next wait may spin, learning from how recent waits ended (one per engine)."""
 
-    def __init__(self, spin: float) -> None:
+    def __init__(self, spin: float, yielding: bool = False) -> None:
         self.spin = spin
+        self.yielding = yielding  # sched_yield between polls
         self._misses = 0
 
     def next_spin(self) -> float:
@@ -85,7 +95,7 @@ class SpinBudget:
 
 def spin_poll(poller: "object", ms: int | None, budget: SpinBudget) -> list[tuple[int, int]]:
     """``poller.poll(ms)``, but polling without sleeping for up to the budget's spin first."""
-    spin = budget.next_spin()
+    spin = budget.spin if budget._misses < MISSES else 0.0  # (``next_spin`` inline: once per wait)
     if spin <= 0.0:
         if budget.spin <= 0.0:
             return poller.poll(ms)  # type: ignore[attr-defined]
@@ -94,6 +104,7 @@ def spin_poll(poller: "object", ms: int | None, budget: SpinBudget) -> list[tupl
         budget.slept(time.perf_counter() - start)
         return events
     end = time.perf_counter() + spin
+    yielding = budget.yielding
     while True:
         events = poller.poll(0)  # type: ignore[attr-defined]
         if events:
@@ -102,3 +113,5 @@ def spin_poll(poller: "object", ms: int | None, budget: SpinBudget) -> list[tupl
         if time.perf_counter() >= end:
             budget.missed()
             return poller.poll(ms)  # type: ignore[attr-defined]
+        if yielding:
+            os.sched_yield()

@@ -281,7 +281,8 @@ class Stream:
             entry = unacked.popleft()
             if entry.copied:
                 self._copied_unacked -= entry.copied
-                self._recycle(entry.parts[0])
+                if entry.copied >= POOL_MIN:  # (smaller copies are bytes, nothing to recycle)
+                    self._recycle(entry.parts[0])
             # (an op completed on write is usually done already: skip it cheaply)
             if entry.op is not None and not entry.flags & _SYNC and not entry.op.done:
                 done.append(entry.op)

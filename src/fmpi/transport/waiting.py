@@ -62,7 +62,7 @@ class WaitingMixin:
         self._reader_bell = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._held: set[Link] = set()  # links paused in the progress thread for waiting readers
         self._hold_timer = False
-        self._spin = SpinBudget(self.options.spin)  # how long a wait polls before it sleeps
+        self._spin = SpinBudget(self.options.spin, self.options.spin_yield)  # how long a wait polls before it sleeps
 
     # ------------------------------------------------------------ waking
     def _notify_locked(self) -> None:
