@@ -104,3 +104,10 @@ def test_small_objects_stay_in_band():
     parts = serialize.dumps([1, "two", None])
     assert len(parts) == 2
     assert serialize.loads(b"".join(bytes(p) for p in parts)) == [1, "two", None]
+
+
+def test_mpi_exceptions_compare_with_error_codes_as_in_mpi4py():
+    e = err.Exception(err.ERR_TRUNCATE, "too long")
+    assert e == err.ERR_TRUNCATE and e != err.ERR_BUFFER and int(e) == err.ERR_TRUNCATE
+    assert len({e, e}) == 1  # hashable, as mpi4py's
+    assert err.UnusableBuffer("read-only") == err.ERR_BUFFER

@@ -65,6 +65,13 @@ class Exception(RuntimeError):  # noqa: A001 - the name mpi4py users catch
     def __int__(self) -> int:
         return self.ierr
 
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, int):
+            return self.ierr == other
+        return NotImplemented
+
+    __hash__ = RuntimeError.__hash__
+
 
 class UnusableBuffer(Exception, builtins.BufferError):
     """A buffer the call cannot use as it is (read-only where it must be written, not contiguous).
@@ -75,13 +82,6 @@ class UnusableBuffer(Exception, builtins.BufferError):
 
     def __init__(self, message: str) -> None:
         super().__init__(ERR_BUFFER, message)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, int):
-            return self.ierr == other
-        return NotImplemented
-
-    __hash__ = RuntimeError.__hash__
 
 
 def Get_error_class(errorcode: int) -> int:
