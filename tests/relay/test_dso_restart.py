@@ -121,6 +121,50 @@ def test_collectives_on_a_restarted_node_lose_and_repeat_nothing(layout, seed):
             relay.stop()
 
 
+@pytest.mark.parametrize("layout", ["both_on_b", "barrier_on_a"])
+def test_a_first_call_on_a_node_that_is_restarting_waits_for_it(layout):
+    # A rank connects to a node on its first call there: when the node is down at that moment
+    # (restarting), the call waits for it as for a lost connection, instead of failing the job.
+    a, b = RelayProcess(), RelayProcess()
+    restarted: list[RelayProcess] = []
+    job = "job-" + uuid.uuid4().hex[:12]
+    host = DsoHost(_urls(a, b), job, TOKEN)
+    ranks = [DsoCollectives(_urls(a, b), job, TOKEN, recover_within=20) for _ in range(RANKS)]
+    node_a, node_b = "{}:{}".format(*a.address), "{}:{}".format(*b.address)
+    key = _key_on(ranks[0].client, node_b if layout == "both_on_b" else node_a, node_b)
+    results: list[int] = []
+    errors: list[BaseException] = []
+
+    def rank(r: int) -> None:
+        out = np.empty(ELEMENTS, dtype=np.int64)
+        try:
+            ranks[r].barrier(key, 0, r, RANKS)
+            ranks[r].allreduce(key, 0, r, RANKS, _contribution(r, 0), "sum", out)
+            results.append(int(out.sum()))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    try:
+        b.proc.kill()  # before any rank ever talked to B
+        b.proc.wait()
+        threads = [threading.Thread(target=rank, args=(r,)) for r in range(RANKS)]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)
+        restarted.append(RelayProcess("--port", str(b.address[1])))
+        for t in threads:
+            t.join(60)
+        assert not any(t.is_alive() for t in threads), "a rank is stuck"
+        assert not errors, errors
+        assert results == [int(sum(_contribution(r, 0) for r in range(RANKS)).sum())] * RANKS
+    finally:
+        for c in ranks:
+            c.close()
+        host.end()
+        for relay in (a, b, *restarted):
+            relay.stop()
+
+
 def test_a_node_that_does_not_come_back_is_a_clear_error_in_bounded_time():
     a, b = RelayProcess(), RelayProcess()
     job = "job-" + uuid.uuid4().hex[:12]

@@ -106,25 +106,27 @@ class DsoClient:
         return node
 
     def reconnect(self, key: str, within: float, lost: NodeConnection | None = None) -> bool:
-        """Replace the lost connection to node `key` ("host:port"); whether this call replaced it.
+        """Replace the lost connection to node `key` ("host:port"), or make the first one; whether this call did.
 
         `lost`: the connection found lost (default: the current one, if it
         died); if another thread replaced it already, nothing is done. A node
         that restarted knows nothing of the job until the launcher hosts it
         there again (``DsoHost``), and answers 'unknown_job' till then: this
         tries again until `within` seconds have passed, then gives up on the
-        node for good.
+        node for good. With no connection yet (a rank's first call on the
+        node found it down: ``coming_back``), it waits for the node the same way.
         """
+        url = f"{self.scheme}://{key}"
         with self._reconnecting:
             if key in self._gone:
                 raise self._gone[key]
             current = self._nodes.get(key)
-            if lost is None:
-                lost = current if current is not None and current.dead is not None else None
-            if lost is None or current is not lost:
-                return False
-            url = f"{self.scheme}://{key}"
-            lost.fail(SharedObjectError("lost the connection (did the node restart?)", "lost", url))
+            if current is not None:
+                if lost is None:
+                    lost = current if current.dead is not None else None
+                if lost is None or current is not lost:
+                    return False
+                lost.fail(SharedObjectError("lost the connection (did the node restart?)", "lost", url))
             deadline = time.monotonic() + within
             while True:
                 try:
@@ -138,9 +140,20 @@ class DsoClient:
                         raise self._gone[key] from None
                     time.sleep(0.1)
             with self._lock:
+                if self._nodes.get(key) is not current:  # (a first connection made meanwhile by ``_node``)
+                    node.close()
+                    return False
                 self._nodes[key] = node
             self._changed()
             return True
+
+    def coming_back(self, exc: RelayError, name: str) -> bool:
+        """`exc`, from a call on `name`, is a first connection to its node failing while the node restarts."""
+        return (
+            not isinstance(exc, SharedObjectError)
+            and exc.code in _NODE_COMING_BACK
+            and self.ring.node(name) not in self.connections()
+        )
 
     def connections(self) -> dict[str, NodeConnection]:
         """Node ("host:port") -> its current connection, for the nodes connected so far."""

@@ -81,18 +81,27 @@ class DsoCollectives:
                 if exc.code != "lost":
                     raise
                 self._recover(self.client.ring.node(name))
+            except RelayError as exc:
+                if not self.client.coming_back(exc, name):
+                    raise
+                self._recover(self.client.ring.node(name))  # (waits for the node, as for a lost connection)
             pending = None
 
     def _left(self, deadline: float | None) -> float | None:
         """The timeout of a call that must end by `deadline` (None: the client's)."""
         return None if deadline is None else max(0.0, min(self.client.timeout, deadline - time.monotonic()))
 
-    def _try(self, start: Start, deadline: float | None) -> Pending | None:
-        """Start a call; None if its node's connection is lost (``_finish`` recovers and starts it again)."""
+    def _try(self, name: str, start: Start, deadline: float | None) -> Pending | None:
+        """Start a call on `name`; None if its node's connection is lost or its node is restarting
+        (``_finish`` recovers and starts it again)."""
         try:
             return start(self._left(deadline))
         except SharedObjectError as exc:
             if exc.code != "lost":
+                raise
+            return None
+        except RelayError as exc:
+            if not self.client.coming_back(exc, name):
                 raise
             return None
 
@@ -174,7 +183,7 @@ class DsoCollectives:
         starts = [starter(i, src[lo:hi], flat[lo:hi]) for i, (lo, hi) in enumerate(bounds)]
         for i, (lo, hi) in enumerate(bounds):
             self._begin(names[i], starter(i, src[lo:hi], None))  # (the call is in flight: its input stays put)
-        pending = [self._try(start, deadline) for start in starts]
+        pending = [self._try(names[i], start, deadline) for i, start in enumerate(starts)]
         for i, start in enumerate(starts):
             self._finish(names[i], start, pending[i], deadline)
         for i, (lo, hi) in enumerate(bounds):
