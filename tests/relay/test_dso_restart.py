@@ -16,6 +16,9 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -50,9 +53,13 @@ def _contribution(rank: int, round_: int) -> np.ndarray:
     return np.arange(ELEMENTS, dtype=np.int64) * (rank + 1) + round_ * 1000 + rank
 
 
-def _restart(node: RelayProcess, at: list[float], down_for: float) -> tuple[threading.Thread, list[RelayProcess]]:
-    """Kill `node` outright at each time of `at` (s from now) and start it again on the same port `down_for` s later."""
-    started: list[RelayProcess] = []
+def _restart(
+    node: RelayProcess, at: list[float], down_for: float, started: list[RelayProcess] | None = None
+) -> tuple[threading.Thread, list[RelayProcess]]:
+    """Kill `node` outright at each time of `at` (s from now) and start it again on the same port `down_for` s later.
+
+    The relays started are appended to `started` (a new list if None), which is returned with the thread."""
+    started = [] if started is None else started
     t0 = time.monotonic()
 
     def run() -> None:
@@ -70,6 +77,34 @@ def _restart(node: RelayProcess, at: list[float], down_for: float) -> tuple[thre
     return thread, started
 
 
+@dataclass
+class ShardedJob:
+    a: RelayProcess  # holds the job
+    b: RelayProcess  # holds only shared objects: the node the tests restart
+    ranks: list[DsoCollectives]
+    restarted: list[RelayProcess]  # B's successors, stopped with the rest
+
+    def key(self, barrier_on: RelayProcess, reducer_on: RelayProcess) -> str:
+        return _key_on(self.ranks[0].client, "{}:{}".format(*barrier_on.address), "{}:{}".format(*reducer_on.address))
+
+
+@contextmanager
+def _sharded_job(ranks: int, recover_within: float) -> Iterator[ShardedJob]:
+    """A job on relays A and B, hosted as the launcher does (``DsoHost``), with `ranks` ranks' collectives."""
+    a, b = RelayProcess(), RelayProcess()
+    job = "job-" + uuid.uuid4().hex[:12]
+    host = DsoHost(_urls(a, b), job, TOKEN)
+    sharded = ShardedJob(a, b, [DsoCollectives(_urls(a, b), job, TOKEN, recover_within=recover_within) for _ in range(ranks)], [])
+    try:
+        yield sharded
+    finally:
+        for c in sharded.ranks:
+            c.close()
+        host.end()
+        for relay in (a, b, *sharded.restarted):
+            relay.stop()
+
+
 @pytest.mark.parametrize("layout", ["both_on_b", "barrier_on_a"])
 @pytest.mark.parametrize("seed", range(3))
 def test_collectives_on_a_restarted_node_lose_and_repeat_nothing(layout, seed):
@@ -78,13 +113,12 @@ def test_collectives_on_a_restarted_node_lose_and_repeat_nothing(layout, seed):
     # on the empty node, and only the others' replays can complete it. With
     # the barrier on A, a rank that has its result waits on A and never
     # talks to B: it must notice B's restart by itself (the hang-up watch).
-    a, b = RelayProcess(), RelayProcess()
-    restarted: list[RelayProcess] = []
-    job = "job-" + uuid.uuid4().hex[:12]
-    host = DsoHost(_urls(a, b), job, TOKEN)  # what the launcher does with several relays
-    ranks = [DsoCollectives(_urls(a, b), job, TOKEN, recover_within=20) for _ in range(RANKS)]
-    node_a, node_b = "{}:{}".format(*a.address), "{}:{}".format(*b.address)
-    key = _key_on(ranks[0].client, node_b if layout == "both_on_b" else node_a, node_b)
+    with _sharded_job(RANKS, recover_within=20) as job:
+        _lose_and_repeat_nothing(job, job.key(job.b if layout == "both_on_b" else job.a, job.b), seed)
+
+
+def _lose_and_repeat_nothing(job: ShardedJob, key: str, seed: int) -> None:
+    ranks = job.ranks
     sums: list[list[int]] = [[] for _ in range(RANKS)]
     errors: list[BaseException] = []
 
@@ -99,39 +133,32 @@ def test_collectives_on_a_restarted_node_lose_and_repeat_nothing(layout, seed):
             errors.append(exc)
 
     want = [sum(_contribution(r, round_) for r in range(RANKS)) for round_ in range(ROUNDS)]
-    try:
-        threads = [threading.Thread(target=rank, args=(r,)) for r in range(RANKS)]
-        for t in threads:
-            t.start()
-        rng = random.Random(seed)
-        killer, restarted = _restart(b, at=[0.2 + rng.random() * 0.3, 0.9 + rng.random() * 0.3, 1.6 + rng.random() * 0.3], down_for=0.1)
-        for t in threads:
-            t.join(60)
-        killer.join()
-        assert not any(t.is_alive() for t in threads), "a rank is stuck"
-        assert not errors, errors
-        for r in range(RANKS):
-            assert sums[r] == [int(w.sum()) for w in want], f"rank {r}: wrong or missing rounds"
-        assert len(restarted) == 3 and restarted[-1].proc.poll() is None  # (the restarts really happened mid-run)
-    finally:
-        for c in ranks:
-            c.close()
-        host.end()
-        for relay in (a, b, *restarted):
-            relay.stop()
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(RANKS)]
+    for t in threads:
+        t.start()
+    rng = random.Random(seed)
+    at = [0.2 + rng.random() * 0.3, 0.9 + rng.random() * 0.3, 1.6 + rng.random() * 0.3]
+    killer, restarted = _restart(job.b, at=at, down_for=0.1, started=job.restarted)
+    for t in threads:
+        t.join(60)
+    killer.join()
+    assert not any(t.is_alive() for t in threads), "a rank is stuck"
+    assert not errors, errors
+    for r in range(RANKS):
+        assert sums[r] == [int(w.sum()) for w in want], f"rank {r}: wrong or missing rounds"
+    assert len(restarted) == 3 and restarted[-1].proc.poll() is None  # (the restarts really happened mid-run)
 
 
 @pytest.mark.parametrize("layout", ["both_on_b", "barrier_on_a"])
 def test_a_first_call_on_a_node_that_is_restarting_waits_for_it(layout):
     # A rank connects to a node on its first call there: when the node is down at that moment
     # (restarting), the call waits for it as for a lost connection, instead of failing the job.
-    a, b = RelayProcess(), RelayProcess()
-    restarted: list[RelayProcess] = []
-    job = "job-" + uuid.uuid4().hex[:12]
-    host = DsoHost(_urls(a, b), job, TOKEN)
-    ranks = [DsoCollectives(_urls(a, b), job, TOKEN, recover_within=20) for _ in range(RANKS)]
-    node_a, node_b = "{}:{}".format(*a.address), "{}:{}".format(*b.address)
-    key = _key_on(ranks[0].client, node_b if layout == "both_on_b" else node_a, node_b)
+    with _sharded_job(RANKS, recover_within=20) as job:
+        _first_calls_wait(job, job.key(job.b if layout == "both_on_b" else job.a, job.b))
+
+
+def _first_calls_wait(job: ShardedJob, key: str) -> None:
+    ranks = job.ranks
     results: list[int] = []
     errors: list[BaseException] = []
 
@@ -144,47 +171,30 @@ def test_a_first_call_on_a_node_that_is_restarting_waits_for_it(layout):
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
-    try:
-        b.proc.kill()  # before any rank ever talked to B
-        b.proc.wait()
-        threads = [threading.Thread(target=rank, args=(r,)) for r in range(RANKS)]
-        for t in threads:
-            t.start()
-        time.sleep(0.5)
-        restarted.append(RelayProcess("--port", str(b.address[1])))
-        for t in threads:
-            t.join(60)
-        assert not any(t.is_alive() for t in threads), "a rank is stuck"
-        assert not errors, errors
-        assert results == [int(sum(_contribution(r, 0) for r in range(RANKS)).sum())] * RANKS
-    finally:
-        for c in ranks:
-            c.close()
-        host.end()
-        for relay in (a, b, *restarted):
-            relay.stop()
+    job.b.proc.kill()  # before any rank ever talked to B
+    job.b.proc.wait()
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(RANKS)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)
+    job.restarted.append(RelayProcess("--port", str(job.b.address[1])))
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads), "a rank is stuck"
+    assert not errors, errors
+    assert results == [int(sum(_contribution(r, 0) for r in range(RANKS)).sum())] * RANKS
 
 
 def test_a_node_that_does_not_come_back_is_a_clear_error_in_bounded_time():
-    a, b = RelayProcess(), RelayProcess()
-    job = "job-" + uuid.uuid4().hex[:12]
-    host = DsoHost(_urls(a, b), job, TOKEN)
-    ranks = [DsoCollectives(_urls(a, b), job, TOKEN, recover_within=1.5) for _ in range(2)]
-    key = _key_on(ranks[0].client, "{}:{}".format(*b.address), "{}:{}".format(*b.address))
-    try:
-        ranks[0].barrier(key, 0, 0, 1)  # (a barrier of one: the connection to B is up)
-        b.proc.kill()
-        b.proc.wait()
+    with _sharded_job(2, recover_within=1.5) as job:
+        key = job.key(job.b, job.b)
+        job.ranks[0].barrier(key, 0, 0, 1)  # (a barrier of one: the connection to B is up)
+        job.b.proc.kill()
+        job.b.proc.wait()
         start = time.monotonic()
         with pytest.raises(SharedObjectError, match=r"lost relay node tcp://127\.0\.0\.1:\d+, and it did not come back within 1\.5 s"):
-            ranks[0].barrier(key, 1, 0, 2)
+            job.ranks[0].barrier(key, 1, 0, 2)
         assert time.monotonic() - start < 10
-    finally:
-        for c in ranks:
-            c.close()
-        host.end()
-        a.stop()
-        b.stop()
 
 
 RESTART_PROGRAM = """

@@ -83,15 +83,13 @@ class TransportOptions:
             if f.name == "spin":
                 if not value >= 0:
                     raise ValueError(f"FMPI_SPIN_US must be 0 or more microseconds, not {value * 1e6!r}")
-            elif f.name == "spin_yield":
-                pass
             elif f.name == "lane_capacity":
                 if not value >= 0:
                     raise ValueError(f"lane_capacity must be 0 (no lanes) or more bytes, not {value!r}")
             elif f.name == "relay_rejoin":
                 if not value >= 0:
                     raise ValueError(f"FMPI_RELAY_REJOIN must be 0 or more seconds, not {value!r}")
-            elif f.name != "channel" and value is not None and not value > 0:
+            elif f.name not in ("channel", "spin_yield") and value is not None and not value > 0:
                 raise ValueError(f"transport option {f.name} must be positive, not {value!r}")
 
     @classmethod
