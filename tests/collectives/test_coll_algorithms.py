@@ -177,7 +177,7 @@ def test_reduce(world, name):
 
 
 # --------------------------------------------------------------- allreduce
-@pytest.mark.parametrize("name", ["recursive_doubling", "ring"])
+@pytest.mark.parametrize("name", ["recursive_doubling", "ring", "rabenseifner"])
 def test_allreduce(world, name):
     n = world.size
     cases = [("sum-int", add, ints, True), ("sum-float", add, floats, True)]
@@ -454,9 +454,10 @@ def test_table_choices_and_overrides(monkeypatch):
         table.reset()
         t = table.tuning()
         assert table.choose("allreduce", t.allreduce_ring_min, 4) == "ring"
-        assert table.choose("allreduce", t.allreduce_ring_min - 1, 4) == "recursive_doubling"
-        assert table.choose("allreduce", t.allreduce_ring_min, 2) == "ring"
-        assert table.choose("allreduce", t.allreduce_ring_min - 1, 8) == "recursive_doubling"
+        assert table.choose("allreduce", t.allreduce_ring_min - 1, 4) == "rabenseifner"
+        assert table.choose("allreduce", t.allreduce_large_min, 3) == "rabenseifner"
+        assert table.choose("allreduce", t.allreduce_large_min - 1, 8) == "recursive_doubling"
+        assert table.choose("allreduce", t.allreduce_ring_min, 8, commute=False) == "recursive_doubling"
         assert table.choose("allreduce", 1 << 30, 1) == "recursive_doubling"
         assert table.choose("reduce_scatter", 1 << 30, 4, commute=False) == "reduce"
         assert table.choose("bcast", 1 << 30, 4) == "binomial"

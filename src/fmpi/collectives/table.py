@@ -10,8 +10,9 @@
     reduce              binomial                               bytes < reduce_large (default: always), or
                                                                op not commutative
                         ring_gather                            otherwise, N > 2
-    allreduce           recursive_doubling                     bytes < allreduce_ring_min, or op not
+    allreduce           recursive_doubling                     bytes < allreduce_large_min, or op not
                                                                commutative
+                        rabenseifner (halving + doubling)      otherwise, bytes < allreduce_ring_min
                         ring (reduce-scatter + allgather)      otherwise
     reduce_scatter      allreduce (recursive doubling)         commutative and bytes < reduce_scatter_ring_min
                         ring                                   commutative otherwise
@@ -43,12 +44,17 @@ The defaults were measured with ``benchmarks/collectives/osu_collectives.py``
 on one host (2 cores, N = 2..8, loopback TCP), taking the faster algorithm
 over repeated interleaved runs:
 
-- allreduce: the ring overtakes recursive doubling at about 1 MiB for every
-  N tried (2, 3, 4, 8). At N = 2 it is one exchange either way (the ring
-  only halves the arithmetic); at N = 8, 2(N-1) ring steps of latency weigh
-  against log2 N exchanges; at N = 3 and 4, recursive doubling was 30-40 %
-  faster at 256-512 KiB and level at 1-2 MiB (session 6, when four ranks
-  share two cores; an earlier, faster host had put the crossover at 256 KiB);
+- allreduce: Rabenseifner's algorithm moves and reduces as little as the
+  ring (2(N-1)/N of the vector each way, (N-1)/N reduced) in 2 log2 N steps
+  instead of 2(N-1). From 256 KiB it beat recursive doubling (which moves
+  log2 N whole vectors and reduces each) and the ring at every N from 2 to 8
+  but one: at 1 MiB, N = 4, 2.3 ms against 3.1-3.5 ms for both others over
+  TCP, and 5.1 ms against 6.7 (doubling) and 10 ms (ring) at N = 7. The one
+  exception: N = 3 over TCP at about 1 MiB, where the ring was 30 % faster
+  (the fold-in of the third rank moves two whole vectors; with lanes, and
+  from 4 MiB, Rabenseifner led again). From 16 MiB the ring's segmented
+  pipeline wins with shared-memory lanes (30 against 37 ms at N = 4) and ties
+  over TCP. Below 256 KiB recursive doubling's log2 N steps win;
 - bcast and reduce: on one host every byte costs a kernel copy on the same
   cores, and the pipelined binomial tree moves the fewest bytes in all: it won
   at every size tried (64 KiB - 64 MiB, N = 3, 4, 8) against
@@ -92,6 +98,7 @@ from typing import Any
 from . import (
     allgather_recursive_doubling,
     allgather_ring,
+    allreduce_rabenseifner,
     allreduce_recursive_doubling,
     allreduce_ring,
     alltoall_pairwise,
@@ -133,7 +140,8 @@ class Tuning:
     segment: int = 1 * MiB  # pipeline segment of ring and tree algorithms
     bcast_large: int = OFF  # scatter_allgather from here (see above: off on one host)
     reduce_large: int = OFF  # ring_gather from here (likewise)
-    allreduce_ring_min: int = 1 * MiB  # any N
+    allreduce_large_min: int = 256 * KiB  # Rabenseifner from here (commutative ops, any N) ...
+    allreduce_ring_min: int = 16 * MiB  # ... and the ring from here
     reduce_scatter_ring_min: int = 256 * KiB  # whole vector
     allgather_ring_min: int = 2 * MiB  # total gathered bytes
     gather_binomial_max: int = 64 * KiB  # total gathered / scattered bytes
@@ -148,6 +156,7 @@ ALGORITHMS: dict[str, dict[str, Callable[[Channel, Any], None]]] = {
     "allreduce": {
         "recursive_doubling": allreduce_recursive_doubling.allreduce,
         "ring": allreduce_ring.allreduce,
+        "rabenseifner": allreduce_rabenseifner.allreduce,
         "server": server_side.allreduce,
     },
     "reduce_scatter": {
@@ -163,7 +172,7 @@ ALGORITHMS: dict[str, dict[str, Callable[[Channel, Any], None]]] = {
 }
 
 # What a forced algorithm needs from the call; a forced choice that fails its check is ignored.
-_NEEDS_COMMUTE = {("reduce", "ring_gather"), ("allreduce", "ring"), ("reduce_scatter", "ring"), ("reduce_scatter", "allreduce")}
+_NEEDS_COMMUTE = {("reduce", "ring_gather"), ("allreduce", "ring"), ("allreduce", "rabenseifner"), ("reduce_scatter", "ring"), ("reduce_scatter", "allreduce")}
 _NEEDS_EQUAL_BLOCKS = {("gather", "binomial"), ("scatter", "binomial")}
 
 
@@ -267,7 +276,9 @@ def choose(
     if collective == "reduce":
         return "ring_gather" if commute and nbytes >= t.reduce_large and size > 2 else "binomial"
     if collective == "allreduce":
-        return "ring" if commute and nbytes >= t.allreduce_ring_min and size > 1 else "recursive_doubling"
+        if not commute or size == 1 or nbytes < t.allreduce_large_min:
+            return "recursive_doubling"
+        return "ring" if nbytes >= t.allreduce_ring_min else "rabenseifner"
     if collective == "reduce_scatter":
         if not commute:
             return "reduce"

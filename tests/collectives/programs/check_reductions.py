@@ -8,9 +8,10 @@ affine-map composition, which catches any deviation from rank order). Each
 rank computes every rank's input itself and folds them with numpy in rank
 order for the reference.
 
-Run twice per job: with the default table, and with every threshold at 0 and
-24-byte segments, which sends the same small data through the ring,
-scatter-allgather and ring-gather algorithms in many pipelined segments.
+Run three times per job: with the default table; with every threshold at 0
+and 24-byte segments, which sends the same small data through the ring,
+scatter-allgather and ring-gather algorithms in many pipelined segments; and
+with Rabenseifner's allreduce forced (the table keeps it for large vectors).
 Also checks that random-float Allreduce results are bitwise identical on
 every rank, and that bad (op, dtype) pairs raise MPI.Exception(ERR_OP).
 """
@@ -28,6 +29,7 @@ from common import (
     finish,
     rank,
     size,
+    use_algorithms,
     use_large_path,
 )
 from mpi4py import MPI
@@ -273,4 +275,6 @@ bad_pairs()
 run_all("default")
 use_large_path()
 run_all("large-path")
+use_algorithms("allreduce:rabenseifner")  # (the table picks it only for large vectors)
+run_all("rabenseifner")
 finish()

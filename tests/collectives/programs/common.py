@@ -72,6 +72,7 @@ def use_large_path() -> None:
         segment=24,
         bcast_large=0,
         reduce_large=0,
+        allreduce_large_min=0,
         allreduce_ring_min=0,
         reduce_scatter_ring_min=0,
         allgather_ring_min=0,
@@ -79,3 +80,12 @@ def use_large_path() -> None:
         alltoall_eager_max=0,
         alltoall_window=1,
     )
+
+
+def use_algorithms(forced: str) -> None:
+    """The default table, with FMPI_COLL_ALGO-style choices forced (no-op under MPICH)."""
+    if FMPI:
+        from fmpi.collectives import table
+
+        table.reset()
+        table.configure(forced=forced)
