@@ -437,3 +437,43 @@ def test_local_ranks_move_large_payloads_through_shared_memory_unless_told_not_t
     else:
         assert "shared memory" not in line, line
     assert {f for f in os.listdir("/dev/shm") if f.startswith("fmpi-lane-")} == before  # nothing left behind
+
+
+# Each rank prints its rank and, for every thread it runs (main, progress, ...), that thread's CPUs.
+_AFFINITY = (
+    "import os; from mpi4py import MPI; MPI.COMM_WORLD.Barrier(); "
+    "cpus = {','.join(map(str, sorted(os.sched_getaffinity(int(t))))) for t in os.listdir('/proc/self/task')}; "
+    "print(MPI.COMM_WORLD.rank, *sorted(cpus))"
+)
+
+
+def _affinities(*args: str) -> dict[int, list[str]]:
+    result = run(*args, PY, "-c", _AFFINITY)
+    assert result.returncode == 0, result.stderr
+    lines = [line.split(" ", 1) for line in result.stdout.splitlines()]
+    return {int(rank): cpus.split() for rank, cpus in lines}
+
+
+def test_bound_ranks_run_every_thread_on_one_core_spread_in_blocks():
+    allowed = sorted(os.sched_getaffinity(0))
+    n = 2 * len(allowed)
+    expected = {r: [str(allowed[r * len(allowed) // n])] for r in range(n)}
+    assert _affinities("--bind-to", "core", "-n", str(n)) == expected
+    assert _affinities("-n", str(n)) == expected  # auto: twice as many ranks as cores
+    whole = ",".join(map(str, allowed))
+    assert _affinities("--bind-to", "none", "-n", str(n)) == {r: [whole] for r in range(n)}
+
+
+def test_auto_binding_leaves_uneven_and_undersubscribed_jobs_alone():
+    from fmpi.launcher.local import rank_cores
+
+    assert rank_cores(4, "auto", {0, 1}) == [{0}, {0}, {1}, {1}]
+    assert rank_cores(3, "auto", {0, 1}) == [None] * 3  # 2 + 1 per core: the scheduler balances better
+    assert rank_cores(2, "auto", {0, 1}) == [None] * 2
+    assert rank_cores(3, "core", {4, 6}) == [{4}, {4}, {6}]
+    assert rank_cores(4, "none", {0, 1}) == [None] * 4
+
+
+def test_bind_to_is_refused_for_lambda_ranks():
+    result = run("--backend", "lambda", "--bind-to", "core", "-n", "2", PY, "-c", "pass")
+    assert result.returncode == 2 and "--bind-to works with the local backend only" in result.stderr

@@ -25,7 +25,7 @@ from ..transport.options import TransportOptions
 from ..transport.stats import describe_event
 from . import bytecode, closed_output
 from .job import Job, log
-from .local import SHIM_DIR, _fmpi_root, run_local
+from .local import BIND_CHOICES, SHIM_DIR, _fmpi_root, run_local
 from .rankspec import DEFAULT_FILL_TIMEOUT, RankSpec, SpecError, check_relay_url, display_url
 from .relays import host_objects
 
@@ -46,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--channel", choices=["auto", "direct", "punch", "relay"], help="how links between ranks are made (sets FMPI_CHANNEL; default auto: direct or punched where possible, relayed where not)")
     p.add_argument("--relay-listen", metavar="HOST:PORT", help="address of the relay fmpirun starts (default 127.0.0.1:0; the Lambda backends need one the functions reach)")
     p.add_argument("--tag-output", action="store_true", help="prefix every output line with [rank]")
+    p.add_argument("--bind-to", choices=BIND_CHOICES, default="auto", help="local backend: bind each rank to one core (auto, the default: when the ranks outnumber the cores, the same number on each)")
     p.add_argument("--fill-timeout", type=float, default=DEFAULT_FILL_TIMEOUT, metavar="S", help="seconds for all ranks to join (default %(default)g)")
     p.add_argument("--verbose", "-v", action="store_true", help="report job progress on stderr")
     p.add_argument("--print-join", action="store_true", help="create the job and print the command that joins a rank to it")
@@ -113,6 +114,8 @@ def _launch(args: argparse.Namespace) -> int:
     if args.fill_timeout <= 0:
         raise UsageError("--fill-timeout must be positive")
     if args.backend != "local":
+        if args.bind_to != "auto":
+            raise UsageError("--bind-to works with the local backend only (a Lambda function has its own CPUs)")
         if args.print_join:
             raise UsageError("--print-join works with the local backend only")
         from .lambda_backend.launch import run as run_lambda
@@ -157,7 +160,7 @@ def _launch(args: argparse.Namespace) -> int:
             outcome_code = _serve_join(job, relay_url)
         else:
             bytecode.warm()
-            outcome = run_local(job, command, args.tag_output)
+            outcome = run_local(job, command, args.tag_output, args.bind_to)
             if outcome.message:
                 log(outcome.message)
             outcome_code = outcome.code
