@@ -46,15 +46,17 @@ over repeated interleaved runs:
 
 - allreduce: Rabenseifner's algorithm moves and reduces as little as the
   ring (2(N-1)/N of the vector each way, (N-1)/N reduced) in 2 log2 N steps
-  instead of 2(N-1). From 256 KiB it beat recursive doubling (which moves
+  instead of 2(N-1). At 1 MiB it beat recursive doubling (which moves
   log2 N whole vectors and reduces each) and the ring at every N from 2 to 8
-  but one: at 1 MiB, N = 4, 2.3 ms against 3.1-3.5 ms for both others over
-  TCP, and 5.1 ms against 6.7 (doubling) and 10 ms (ring) at N = 7. The one
-  exception: N = 3 over TCP at about 1 MiB, where the ring was 30 % faster
-  (the fold-in of the third rank moves two whole vectors; with lanes, and
-  from 4 MiB, Rabenseifner led again). From 16 MiB the ring's segmented
+  but one: at N = 4, 2.3 ms against 3.1-3.5 ms for both others over TCP,
+  and 5.1 ms against 6.7 (doubling) and 10 ms (ring) at N = 7. The one
+  exception: N = 3 over TCP, where the ring was 30 % faster (the fold-in of
+  the third rank moves two whole vectors; with lanes, and from 4 MiB,
+  Rabenseifner led again). 256 KiB is the crossover with recursive doubling:
+  there each was ahead by up to 10-20 % at some N (Rabenseifner at N = 4
+  and 7, doubling at N = 3 and 8). From 16 MiB the ring's segmented
   pipeline wins with shared-memory lanes (30 against 37 ms at N = 4) and ties
-  over TCP. Below 256 KiB recursive doubling's log2 N steps win;
+  over TCP;
 - bcast and reduce: on one host every byte costs a kernel copy on the same
   cores, and the pipelined binomial tree moves the fewest bytes in all: it won
   at every size tried (64 KiB - 64 MiB, N = 3, 4, 8) against
