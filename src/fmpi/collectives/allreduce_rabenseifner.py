@@ -33,14 +33,10 @@ from .ranks import fold, real_rank
 
 
 def allreduce(ch: Channel, opts: AllreduceOptions) -> None:
-    if not opts.commute:
-        raise ValueError("Rabenseifner's allreduce needs a commutative operation")
+    if opts.start_commutative("Rabenseifner's allreduce", ch.size):
+        return
     size, rank = ch.size, ch.rank
     send, recv, combine = opts.send, opts.recv, opts.combine
-    if size == 1:
-        if send is not recv:
-            recv[...] = send
-        return
     pof2, rem, newrank = fold(rank, size)
     tmp = None
     if rank < 2 * rem:

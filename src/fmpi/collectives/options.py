@@ -139,6 +139,17 @@ class AllreduceOptions:
     segment: int
     server_op: str | None = None  # the op's name for a server-side reduction (server_side.SERVER_OPS); None: it cannot
 
+    def start_commutative(self, algorithm: str, size: int) -> bool:
+        """Open an algorithm that splits the vector among ranks (commutative ops only): True when it
+        has nothing left to do (one rank: the result is the input, copied into place)."""
+        if not self.commute:
+            raise ValueError(f"{algorithm} needs a commutative operation")
+        if size > 1:
+            return False
+        if self.send is not self.recv:
+            self.recv[...] = self.send
+        return True
+
 
 @dataclass(slots=True)
 class ReduceScatterOptions:

@@ -61,12 +61,10 @@ def use_large_path() -> None:
     """Every size threshold at 0 and 24-byte segments: small data through the large-message
     algorithms (rings, scatter-allgather, ring-gather, linear gather/scatter), in many segments.
     A no-op under MPICH (where these programs run to validate their own expectations)."""
-    try:
-        from fmpi.collectives import table
-    except ImportError:
-        return
     if not FMPI:
         return
+    from fmpi.collectives import table
+
     table.configure(
         forced={},
         segment=24,
