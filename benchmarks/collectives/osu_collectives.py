@@ -23,7 +23,12 @@ each fmpi configuration is compared with its MPICH counterpart:
 Latency is OSU's: per rank, the mean time of one call over ``iters`` calls
 after a warm-up, averaged over the ranks. On a shared machine use
 ``--repeat K``: every backend runs K times, interleaved, and each cell keeps
-its minimum. Sizes are bytes per rank: the
+its minimum (``--stat median``: its median). Under the tables, cells whose
+runs spread by more than ``SPREAD_NOTE`` (slowest over fastest) are listed:
+with more ranks than cores both libraries' large collectives depend on how
+the scheduler interleaves the ranks, and one run's ratio can mislead (on 2
+cores, 4 ranks, a 1 MiB allreduce of MPICH over TCP took 0.85-1.8 ms from
+run to run). Sizes are bytes per rank: the
 vector of bcast and allreduce (float32 elements), each rank's block for
 allgather, and the block sent to each peer for alltoall (capped by
 ``--max-block``, 16 MiB by default, so alltoall stays within memory).
@@ -38,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import statistics
 from pathlib import Path
 
 COLLECTIVES = ["barrier", "bcast", "allreduce", "allgather", "alltoall"]
@@ -49,6 +55,8 @@ QUICK_SIZES = [8, 1 * KiB, 64 * KiB, 1 * MiB, 4 * MiB, 16 * MiB]
 BIN = Path(sys.executable).parent
 
 BACKENDS = ["fmpi", "mpich-shm", "fmpi-tcp", "mpich-tcp"]
+STATS = {"min": min, "median": statistics.median}
+SPREAD_NOTE = 1.25  # runs of one cell further apart than this (slowest / fastest) are listed under the table
 FMPI_TCP_ENV = {"FMPI_SHM": "0"}
 TCP_ENVS = {
     "ofi": {"MPIR_CVAR_NOLOCAL": "1", "MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp"},
@@ -220,8 +228,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--backends", default=",".join(BACKENDS), help=f"a subset of {','.join(BACKENDS)}")
     parser.add_argument("--mpich-tcp", choices=sorted(TCP_ENVS), default="ofi", help="MPICH netmod forced onto TCP (default ofi)")
     parser.add_argument("--repeat", type=int, default=1, help="run every backend this many times, interleaved; keep each minimum")
+    parser.add_argument("--stat", choices=sorted(STATS), default="min", help="with --repeat: what each cell keeps (default min)")
     parser.add_argument("--timeout", type=float, default=1800)
     args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error(f"--repeat must be at least 1, not {args.repeat}")
     args.colls = [c.strip() for c in args.colls.split(",") if c.strip()]
     if args.sizes:
         args.sizes = [parse_size(s) for s in str(args.sizes).split(",")]
@@ -232,15 +243,37 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def measure(args: argparse.Namespace, n: int) -> dict[str, dict[tuple[str, int], float]]:
-    """{backend: {(collective, bytes): µs}} at N = n; a backend that failed has an empty dict."""
-    results: dict[str, dict] = {b: {} for b in BACKENDS}
+Samples = dict[str, dict[tuple[str, int], list[float]]]  # {backend: {(collective, bytes): µs of each run}}
+
+
+def measure(args: argparse.Namespace, n: int) -> Samples:
+    """Every run's µs per cell at N = n; a backend that failed every time has an empty dict."""
+    samples: Samples = {b: {} for b in BACKENDS}
     for _ in range(args.repeat):
-        for b in results:
+        for b in samples:
             if b in args.backends.split(","):
                 for key, usec in run_backend(b, n, args).items():
-                    results[b][key] = min(usec, results[b].get(key, usec))
-    return results
+                    samples[b].setdefault(key, []).append(usec)
+    return samples
+
+
+def summarize(samples: Samples, stat: str) -> dict[str, dict[tuple[str, int], float]]:
+    """One figure per cell: the `stat` ("min" or "median") of its runs."""
+    pick = STATS[stat]
+    return {b: {key: pick(runs) for key, runs in cells.items()} for b, cells in samples.items()}
+
+
+def spread_note(samples: Samples, limit: float = SPREAD_NOTE) -> str:
+    """The cells whose runs lie further apart than `limit` (slowest / fastest), one line; "" if none."""
+    wide = []
+    for b in BACKENDS:
+        for (coll, nbytes), runs in sorted(samples.get(b, {}).items()):
+            if len(runs) > 1 and min(runs) > 0 and max(runs) / min(runs) > limit:
+                size = "" if coll == "barrier" else f" {fmt_size(nbytes)}"
+                wide.append(f"{b} {coll}{size}: {fmt_us(min(runs))}-{fmt_us(max(runs))} µs")
+    if not wide:
+        return ""
+    return f"Runs more than {limit:g}x apart: " + "; ".join(wide) + "."
 
 
 def main() -> None:
@@ -251,10 +284,15 @@ def main() -> None:
     print(f"# Collective latency, fmpi vs MPICH ({', '.join(args.colls)})\n")
     print(f"mpich-tcp: {' '.join(f'{k}={v}' for k, v in TCP_ENVS[args.mpich_tcp].items())}; {os.cpu_count()} CPUs\n")
     if args.repeat > 1:
-        print(f"Each cell: the minimum over {args.repeat} runs, the backends interleaved.\n")
+        what = "minimum" if args.stat == "min" else "median"
+        print(f"Each cell: the {what} over {args.repeat} runs, the backends interleaved.\n")
     for n in (int(x) for x in args.ns.split(",")):
-        print(table(n, measure(args, n), args))
+        samples = measure(args, n)
+        print(table(n, summarize(samples, args.stat), args))
         print()
+        note = spread_note(samples)
+        if note:
+            print(note + "\n")
         sys.stdout.flush()
     if NOTES:
         print("fmpi links: " + "; ".join(NOTES))
