@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 from typing import Callable, Iterable
 
 BIN = Path(sys.executable).parent
+REPO = Path(__file__).resolve().parents[1]
+
+
+def load_script(relative: str, name: str) -> ModuleType:
+    """A script of the repository that is not part of the package (a benchmark, an app, a docs tool), as a module."""
+    spec = importlib.util.spec_from_file_location(name, REPO / relative)
+    assert spec is not None and spec.loader is not None, relative
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def fmpirun_argv(*args: str) -> list[str]:

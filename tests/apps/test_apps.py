@@ -9,7 +9,6 @@ which also shows the results do not depend on N.
 from __future__ import annotations
 
 import ast
-import importlib.util
 import itertools
 import math
 import subprocess
@@ -19,12 +18,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tests_support import load_script
 
 APPS = Path(__file__).resolve().parents[2] / "apps"
 
-_spec = importlib.util.spec_from_file_location("fmpi_apps_synthetic", APPS / "synthetic.py")
-synthetic = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(synthetic)
+synthetic = load_script("apps/synthetic.py", "fmpi_apps_synthetic")
 
 SIZES = [1, 3, 4]
 

@@ -2,25 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from tests_support import REPO, load_script
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "collectives" / "osu_collectives.py"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("osu_collectives", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-osu = _load()
+SCRIPT = REPO / "benchmarks" / "collectives" / "osu_collectives.py"
+osu = load_script("benchmarks/collectives/osu_collectives.py", "osu_collectives")
 SAMPLES = {
     "fmpi": {("allreduce", 8): [30.0, 90.0, 33.0], ("barrier", 0): [20.0, 21.0, 22.0]},
     "mpich-shm": {},

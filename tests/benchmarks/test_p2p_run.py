@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from tests_support import load_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "p2p" / "run.py"
 
 
 def _run_module():
-    spec = importlib.util.spec_from_file_location("p2p_run", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/p2p/run.py", "p2p_run")
 
 
 def test_repeated_runs_keep_the_lowest_latency_and_the_highest_bandwidth():

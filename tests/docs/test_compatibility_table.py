@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -19,13 +18,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests_support import load_script
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "compatibility.md"
 
-_spec = importlib.util.spec_from_file_location("compat_table", REPO / "docs" / "tools" / "compat_table.py")
-compat_table = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(compat_table)
+compat_table = load_script("docs/tools/compat_table.py", "compat_table")
 
 # Where fmpi keeps the names of a section: mpi4py defines the collectives on Comm, fmpi on Intracomm,
 # the class of every communicator it hands out.
