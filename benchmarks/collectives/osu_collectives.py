@@ -39,11 +39,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import statistics
 from pathlib import Path
 
 COLLECTIVES = ["barrier", "bcast", "allreduce", "allgather", "alltoall"]
@@ -227,7 +227,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--scale", type=float, default=None, help="multiply the iteration counts")
     parser.add_argument("--backends", default=",".join(BACKENDS), help=f"a subset of {','.join(BACKENDS)}")
     parser.add_argument("--mpich-tcp", choices=sorted(TCP_ENVS), default="ofi", help="MPICH netmod forced onto TCP (default ofi)")
-    parser.add_argument("--repeat", type=int, default=1, help="run every backend this many times, interleaved; keep each minimum")
+    parser.add_argument("--repeat", type=int, default=1, help="run every backend this many times, interleaved (see --stat)")
     parser.add_argument("--stat", choices=sorted(STATS), default="min", help="with --repeat: what each cell keeps (default min)")
     parser.add_argument("--timeout", type=float, default=1800)
     args = parser.parse_args(argv)
@@ -273,7 +273,7 @@ def spread_note(samples: Samples, limit: float = SPREAD_NOTE) -> str:
                 wide.append(f"{b} {coll}{size}: {fmt_us(min(runs))}-{fmt_us(max(runs))} µs")
     if not wide:
         return ""
-    return f"Runs more than {limit:g}x apart: " + "; ".join(wide) + "."
+    return f"Runs more than {limit:g}× apart: " + "; ".join(wide) + "."
 
 
 def main() -> None:

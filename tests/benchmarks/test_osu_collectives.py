@@ -9,8 +9,9 @@ import sys
 import pytest
 from tests_support import REPO, load_script
 
-SCRIPT = REPO / "benchmarks" / "collectives" / "osu_collectives.py"
-osu = load_script("benchmarks/collectives/osu_collectives.py", "osu_collectives")
+RELATIVE = "benchmarks/collectives/osu_collectives.py"
+SCRIPT = REPO / RELATIVE
+osu = load_script(RELATIVE, "osu_collectives")
 SAMPLES = {
     "fmpi": {("allreduce", 8): [30.0, 90.0, 33.0], ("barrier", 0): [20.0, 21.0, 22.0]},
     "mpich-shm": {},
@@ -27,7 +28,7 @@ def test_a_cell_keeps_the_minimum_or_the_median_of_its_runs():
 
 def test_the_spread_note_lists_only_cells_whose_runs_lie_far_apart():
     note = osu.spread_note(SAMPLES)
-    assert note == ("Runs more than 1.25x apart: fmpi allreduce 8 B: 30.0-90.0 µs; "
+    assert note == ("Runs more than 1.25× apart: fmpi allreduce 8 B: 30.0-90.0 µs; "
                     "mpich-tcp allreduce 1 MiB: 850.0-1,800 µs.")
     assert osu.spread_note({b: {} for b in osu.BACKENDS}) == ""
     assert osu.spread_note({"fmpi": {("allreduce", 8): [10.0]}}) == ""  # one run: no spread to speak of

@@ -5,16 +5,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from tests_support import load_script
+from tests_support import REPO, load_script
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "p2p" / "run.py"
+RELATIVE = "benchmarks/p2p/run.py"
+SCRIPT = REPO / RELATIVE
 
 
 def _run_module():
-    return load_script("benchmarks/p2p/run.py", "p2p_run")
+    return load_script(RELATIVE, "p2p_run")
 
 
 def test_repeated_runs_keep_the_lowest_latency_and_the_highest_bandwidth():
