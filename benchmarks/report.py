@@ -70,15 +70,18 @@ def run_p2p(quick: bool) -> dict:
     return p2p.measure(max_size, seconds, repeat=repeat)
 
 
-def run_collectives(quick: bool, ns: list[int]) -> tuple[dict, object]:
+def run_collectives(quick: bool, ns: list[int]) -> tuple[dict, dict[int, str], object]:
+    """({N: {backend: {cell: µs}}}, {N: the note on cells whose runs lay far apart}, the osu arguments)."""
     argv = ["--ns", ",".join(map(str, ns))]
     argv += ["--sizes", "8,64K,1M,4M", "--scale", "0.1", "--max-block", "1M"] if quick else ["--repeat", "3"]
     args = osu.parse_args(argv)
-    results = {}
+    results, spreads = {}, {}
     for n in ns:
         log(f"collectives: N={n}")
-        results[n] = osu.measure(args, n)
-    return results, args
+        samples = osu.measure(args, n)
+        results[n] = osu.summarize(samples, args.stat)
+        spreads[n] = osu.spread_note(samples)
+    return results, spreads, args
 
 
 def _app_time(stdout: str) -> float | None:
@@ -325,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
 
     runs = run_p2p(args.quick)
-    coll_results, coll_args = run_collectives(args.quick, ns)
+    coll_results, coll_spreads, coll_args = run_collectives(args.quick, ns)
     app_rows = run_apps(args.quick, args.app_ranks)
     hello = run_hello(3 if args.quick else 7)
 
@@ -375,6 +378,8 @@ def main(argv: list[str] | None = None) -> int:
     ]
     for n in ns:
         md += [osu.table(n, coll_results[n], coll_args), ""]
+        if coll_spreads[n]:
+            md += [coll_spreads[n], ""]
     if osu.NOTES:
         md += ["fmpi links: " + "; ".join(osu.NOTES), ""]
     md += [
