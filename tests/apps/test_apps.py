@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests_support import load_script
+from tests_support import REPO, load_script
 
-APPS = Path(__file__).resolve().parents[2] / "apps"
+APPS = REPO / "apps"
 
 synthetic = load_script("apps/synthetic.py", "fmpi_apps_synthetic")
 

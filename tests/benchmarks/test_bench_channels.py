@@ -6,11 +6,11 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from tests_support import REPO
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "relay" / "bench_channels.py"
+SCRIPT = REPO / "benchmarks" / "relay" / "bench_channels.py"
 CHANNELS = ["direct TCP", "relay forwarding", "DSO objects", "Redis", "naive store-and-poll"]
 
 

@@ -13,13 +13,12 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from tests_support import fmpirun_argv
+from tests_support import REPO, fmpirun_argv
 
-SOAK = Path(__file__).resolve().parents[2] / "benchmarks" / "soak"
+SOAK = REPO / "benchmarks" / "soak"
 
 
 def _env() -> dict[str, str]:

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from tests_support import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 PLOTS = ["p2p_latency.png", "p2p_bandwidth.png", "collectives.png", "apps.png"]
 
 

@@ -15,12 +15,10 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from tests_support import load_script
+from tests_support import REPO, load_script
 
-REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "compatibility.md"
 
 compat_table = load_script("docs/tools/compat_table.py", "compat_table")

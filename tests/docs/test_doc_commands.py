@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests_support import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "apps").glob("*.md"))]
 BLOCK = re.compile(r"<!-- doc-test(?P<slow>: slow)? -->\s*```(?:bash|console|sh)\n(?P<body>.*?)```", re.S)
 

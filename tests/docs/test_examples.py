@@ -1,9 +1,8 @@
 """The program shown in docs/getting-started.md is the file the doc commands run (docs/examples/hello.py)."""
 
 import re
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from tests_support import REPO
 
 
 def test_getting_started_shows_the_example_file():

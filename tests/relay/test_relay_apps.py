@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests_support import fmpirun_argv
+from tests_support import REPO, fmpirun_argv
 
-APPS = Path(__file__).resolve().parents[2] / "apps"
+APPS = REPO / "apps"
 N = 4
 KMEANS = ["--points", "6000", "--block", "1000"]
 LOGREG = ["--points", "6000"]
