@@ -202,6 +202,30 @@ def test_allreduce(world, name):
                         assert all(np.array_equal(sends[r], inputs[r]) for r in range(n)), "send buffer written"
 
 
+@pytest.mark.parametrize("in_place", [False, True], ids=["copy", "in-place"])
+def test_a_prepared_allreduce_runs_again_on_new_values(world, in_place):
+    """``table.prepare`` plans recursive doubling once (a repeated Allreduce keeps the plan): each later
+    run reduces the values its arrays hold then, in rank order, on every N (fold-in included)."""
+    n = world.size
+    sends = [np.zeros(3, AFFINE) for _ in range(n)]
+    recvs = [s if in_place else np.zeros(3, AFFINE) for s in sends]
+    plans: dict[int, object] = {}
+
+    def body(ch):
+        if ch.rank not in plans:
+            opts = AllreduceOptions(sends[ch.rank], recvs[ch.rank], affine, False, SEGMENTS[0])
+            plans[ch.rank] = table.prepare("allreduce", "recursive_doubling", ch, opts)
+        plans[ch.rank](ch)
+
+    for round_ in range(3):
+        inputs = [affine_data(r + 10 * round_, 3) for r in range(n)]
+        for r in range(n):
+            sends[r][:] = inputs[r]
+        world.run(body)
+        for r in range(n):
+            assert np.array_equal(recvs[r], affine_fold(inputs)), (round_, r)
+
+
 # ---------------------------------------------------------- reduce_scatter
 @pytest.mark.parametrize("name", ["allreduce", "ring", "reduce"])
 def test_reduce_scatter(world, name):

@@ -6,7 +6,8 @@ message specs, checking the operation and consulting the algorithm table
 cost about as much CPU as the exchange itself (~10 µs of CPython a call),
 and on a worker with a fraction of a CPU that is latency. So a
 communicator remembers its last small Allreduce and reuses its options and
-algorithm when the next call passes
+algorithm, planned once (``table.prepare``: recursive doubling keeps its
+steps and scratch vector), when the next call passes
 
 * the same send and receive objects (``is``: numpy arrays, or ``IN_PLACE``),
 * still with the dtype, shape and strides they had, the receive array still
@@ -22,6 +23,7 @@ messages the saving is lost in the transfer anyway.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -39,7 +41,7 @@ def _layout(arr: np.ndarray) -> tuple[Any, tuple[int, ...], tuple[int, ...]]:
 
 
 class AllreduceMemo:
-    __slots__ = ("_sendbuf", "_recvbuf", "_op", "_send_layout", "_recv_layout", "_generation", "_opts", "_algorithm", "_server")
+    __slots__ = ("_sendbuf", "_recvbuf", "_op", "_send_layout", "_recv_layout", "_generation", "_opts", "_algorithm", "_run", "_server")
 
     def __init__(self, sendbuf: Any, recvbuf: np.ndarray, op: Any, opts: AllreduceOptions) -> None:
         self._sendbuf = sendbuf
@@ -49,7 +51,9 @@ class AllreduceMemo:
         self._recv_layout = _layout(recvbuf)
         self._generation = table.generation()
         self._opts = opts
-        self._algorithm: Any = None  # picked on the first run, when the channel says whether a server is there
+        # Picked and planned on the first run, when the channel says whether a server is there.
+        self._algorithm: str | None = None
+        self._run: Callable[[Channel], None] | None = None
         self._server = False
 
     @staticmethod
@@ -73,11 +77,17 @@ class AllreduceMemo:
             and (self._send_layout is None or _layout(sendbuf) == self._send_layout)
         )
 
+    @property
+    def algorithm(self) -> str | None:
+        """The name of the algorithm the remembered call runs (None before its first run)."""
+        return self._algorithm
+
     def run(self, ch: Channel) -> None:
         server = ch.server is not None
-        if self._algorithm is None or server != self._server:
+        run = self._run
+        if run is None or server != self._server:
             opts = self._opts
-            name = table.pick("allreduce", ch, opts, opts.recv.nbytes, opts.commute)
-            self._algorithm = table.ALGORITHMS["allreduce"][name]
+            self._algorithm = table.pick("allreduce", ch, opts, opts.recv.nbytes, opts.commute)
+            run = self._run = table.prepare("allreduce", self._algorithm, ch, opts)
             self._server = server
-        self._algorithm(ch, self._opts)
+        run(ch)

@@ -310,6 +310,22 @@ def pick(collective: str, ch: Channel, opts: Any, nbytes: int, commute: bool = T
     return choose(collective, nbytes, ch.size, commute, equal_blocks, server)
 
 
+# Algorithms that can work out a call's steps once, for a caller that repeats the very same call
+# (``api/repeated_calls.py``): built once as ``cls(rank, size, opts)``, then ``.run(channel)`` per call.
+PLANS: dict[tuple[str, str], Callable[[int, int, Any], Any]] = {
+    ("allreduce", "recursive_doubling"): allreduce_recursive_doubling.Plan,
+}
+
+
+def prepare(collective: str, name: str, ch: Channel, opts: Any) -> Callable[[Channel], None]:
+    """What runs algorithm `name` with `opts` on any channel of ``ch``'s communicator, planned once if it can be."""
+    plan = PLANS.get((collective, name))
+    if plan is not None:
+        return plan(ch.rank, ch.size, opts).run
+    algorithm = ALGORITHMS[collective][name]
+    return lambda channel: algorithm(channel, opts)
+
+
 def generation() -> int:
     """Changes whenever the settings do (``configure``, ``reset``): a remembered ``pick`` is stale then."""
     if _config.tuning is None:
@@ -339,6 +355,7 @@ __all__ = [
     "configure",
     "generation",
     "pick",
+    "prepare",
     "reset",
     "run",
     "server_forced",
