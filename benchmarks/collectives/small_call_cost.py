@@ -96,8 +96,7 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
         return json.loads(out.read_text())
 
 
-def report(per_call: dict[str, float], args: argparse.Namespace) -> str:
-    total = sum(per_call.values())
+def report(per_call: dict[str, float], total: float, args: argparse.Namespace) -> str:
     by_layer: collections.Counter[str] = collections.Counter()
     for key, n in per_call.items():
         by_layer[layer(key.rsplit(":", 1)[0])] += n
@@ -139,8 +138,8 @@ def main() -> None:
         worker(args)
         return
     per_call = measure(args)
-    print(report(per_call, args))
     total = sum(per_call.values())
+    print(report(per_call, total, args))
     if args.max_opcodes is not None and total > args.max_opcodes:
         print(f"\nover budget: {total:,.0f} bytecodes per call, more than --max-opcodes {args.max_opcodes:,.0f}", file=sys.stderr)
         sys.exit(1)

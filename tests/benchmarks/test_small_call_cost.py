@@ -35,7 +35,15 @@ def test_a_small_allreduce_stays_within_its_bytecode_budget():
     assert head.startswith("Allreduce of 1 float32, N = 2, rank 0: ")
     total = int(head.rsplit(": ", 1)[1].split()[0].replace(",", ""))
     assert 500 < total <= BUDGET_N2  # (a count that is not a count of this path would be far off)
-    assert "| transport |" in done.stdout and "fmpi/transport/" in done.stdout
+    layers = {}
+    for line in done.stdout.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 3 and cells[0] in (*cost.LAYERS, "other"):
+            layers[cells[0]] = int(cells[1].replace(",", ""))
+    assert set(layers) == {*cost.LAYERS, "other"}
+    assert abs(sum(layers.values()) - total) <= len(layers)  # (each row rounded on its own)
+    assert layers["transport"] > layers["collectives"] > 0 and layers["api"] > 0
+    assert "fmpi/transport/" in done.stdout
 
 
 def test_over_budget_is_a_failure_that_says_by_how_much():
