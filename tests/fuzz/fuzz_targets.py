@@ -47,7 +47,7 @@ class _Sink:
     def frame_finished(self, link: Link, header: Header, payload) -> None:
         self.frames += 1
 
-    def frame_whole(self, link: Link, header: Header, payload) -> None:
+    def frame_whole(self, link: Link, flags: int, tag: int, context: int, seq: int, ack: int, payload) -> None:
         self.frames += 1
 
 

@@ -35,20 +35,23 @@ def test_unexpected_queue_is_searched_in_arrival_order_with_wildcards():
     m = Matcher()
     for i, (src, tag) in enumerate([(1, 5), (2, 5), (1, 6), (1, 5)]):
         m.add_unexpected(_arrived(src, tag, text=bytes([i])))
-    assert m.find_unexpected(RecvOp(0, 1, 5, None), remove=True).payload == bytearray([0])
-    assert m.find_unexpected(RecvOp(0, ANY_SOURCE, 5, None), remove=True).payload == bytearray([1])
-    assert m.find_unexpected(RecvOp(0, 1, ANY_TAG, None), remove=True).payload == bytearray([2])
+    assert m.take_or_post(RecvOp(0, 1, 5, None)).payload == bytearray([0])
+    assert m.take_or_post(RecvOp(0, ANY_SOURCE, 5, None)).payload == bytearray([1])
+    assert m.take_or_post(RecvOp(0, 1, ANY_TAG, None)).payload == bytearray([2])
     # probe leaves the message in place
-    assert m.find_unexpected(RecvOp(0, ANY_SOURCE, ANY_TAG, None), remove=False).payload == bytearray([3])
-    assert m.find_unexpected(RecvOp(0, ANY_SOURCE, ANY_TAG, None), remove=True).payload == bytearray([3])
-    assert m.find_unexpected(RecvOp(0, ANY_SOURCE, ANY_TAG, None), remove=True) is None
+    assert m.find_unexpected(RecvOp(0, ANY_SOURCE, ANY_TAG, None)).payload == bytearray([3])
+    assert m.take_or_post(RecvOp(0, ANY_SOURCE, ANY_TAG, None)).payload == bytearray([3])
+    assert m.find_unexpected(RecvOp(0, ANY_SOURCE, ANY_TAG, None)) is None
+    late = RecvOp(0, ANY_SOURCE, ANY_TAG, None)
+    assert m.take_or_post(late) is None  # nothing left: it waits for the next arrival
+    assert m.pending_counts() == (1, 0) and m.take_posted(0, 7, 9) is late
 
 
 def test_posted_receives_match_first_posted_first_and_contexts_are_isolated():
     m = Matcher()
     a, b, c = RecvOp(0, ANY_SOURCE, 1, None), RecvOp(0, 3, 1, None), RecvOp(8, 3, 1, None)
     for r in (a, b, c):
-        m.post(r)
+        assert m.take_or_post(r) is None
     assert m.take_posted(0, 3, 1) is a  # the earlier wildcard wins
     assert m.take_posted(0, 3, 1) is b
     assert m.take_posted(0, 3, 1) is None  # c lives in another context
@@ -59,7 +62,7 @@ def test_unpost_and_failure_sweep():
     m = Matcher()
     keep, gone, wild = RecvOp(0, 1, 1, None), RecvOp(0, 2, 1, None), RecvOp(0, ANY_SOURCE, 1, None)
     for r in (keep, gone, wild):
-        m.post(r)
+        assert m.take_or_post(r) is None
     assert m.unpost(keep) and not m.unpost(keep)
     assert m.take_posted_where(lambda r: r.source == 2) == [gone]
     assert m.pending_counts() == (1, 0)

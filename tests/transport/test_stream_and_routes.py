@@ -48,8 +48,8 @@ def test_small_messages_are_copied_and_complete_on_write_large_ones_on_ack():
     s.attach(wire)
     small, large = bytearray(b"abc"), bytearray(b"0123456789")
     op_small, op_large = _op(3), _op(10)
-    assert s.push(Kind.DATA, 1, 0, [memoryview(small)], 3, op_small) == (None, [op_small])
-    assert s.push(Kind.DATA, 1, 0, [memoryview(large)], 10, op_large) == (None, [])
+    assert s.push_data(op_small, 1, 0, [memoryview(small)]) == (None, True)
+    assert s.push_data(op_large, 1, 0, [memoryview(large)]) == (None, False)
     small[:] = b"xyz"  # the sender may reuse a small buffer at once: the stream kept a copy
     seqs = [h.seq for h in wire.headers()]
     assert seqs == [0, 1] and wire.headers()[1].flags & Flag.ACK_NOW
@@ -64,11 +64,11 @@ def test_resume_resends_exactly_what_the_peer_lacks_in_order():
     s.attach(first)
     ops = [_op(1) for _ in range(5)]
     for i, op in enumerate(ops):
-        s.push(Kind.DATA, 0, 0, [memoryview(bytes([i]))], 1, op)
+        s.push_data(op, 0, 0, [memoryview(bytes([i]))])
     s.acknowledged(1)  # the peer confirmed frame 0 before the link died
     s.detach()
     held = _op(1)
-    s.push(Kind.DATA, 0, 0, [memoryview(b"\x05")], 1, held)  # sent while no carrier: held
+    assert s.push_data(held, 0, 0, [memoryview(b"\x05")]) == (None, False)  # sent while no carrier: held
     relay = Wire()
     queued, done = s.attach(relay, resume_from=3)  # the peer's RESUME: it holds frames 0..2
     assert [h.seq for h in relay.headers()] == [3, 4, 5]
@@ -81,40 +81,43 @@ def test_acknowledgements_ride_on_traffic_and_bare_acks_follow_the_thresholds():
     wire = Wire()
     s.attach(wire)
     for seq in range(2):
-        assert s.check_seq(seq)
-        s.received(10, 0)
+        assert s.accept(seq, 10, 0)
     assert s.ack_due() == "later"  # 2 frames: wait for something to ride on
-    s.push(Kind.DATA, 0, 0, [], 0, _op())
+    s.push_data(_op(), 0, 0, [])
     assert wire.headers()[-1].ack == 2 and s.ack_due() is None  # it rode on our frame
     for seq in range(2, 5):
-        s.received(10, 0)
+        assert s.accept(seq, 10, 0)
     assert s.ack_due() == "now"  # ack_every frames
     s.send_ack()
     assert wire.headers()[-1].kind is Kind.ACK and wire.headers()[-1].ack == 5
-    s.received(10, Flag.ACK_NOW)
+    assert s.accept(5, 10, Flag.ACK_NOW)
     assert s.ack_due() == "now"  # the sender waits for this one
 
 
 def test_duplicates_are_recognised_and_gaps_are_errors():
     s = _stream()
     assert s.check_seq(0)
-    s.received(0, 0)
-    assert not s.check_seq(0)
+    assert s.accept(0, 0, 0)
+    assert not s.check_seq(0) and not s.accept(0, 0, 0)
+    assert s.recv_next == 1  # (the duplicate was not recorded)
     with pytest.raises(FrameError, match="skipped"):
         s.check_seq(5)
+    with pytest.raises(FrameError, match="skipped"):
+        s.accept(5, 0, 0)
 
 
 def test_a_failed_stream_fails_every_waiting_and_every_later_send():
     s = _stream()
     s.attach(Wire(busy=True))
     waiting = _op(100)
-    s.push(Kind.DATA, 0, 0, [memoryview(bytes(100))], 100, waiting)
+    s.push_data(waiting, 0, 0, [memoryview(bytes(100))])
     sync = _op(1, sync=True)
-    s.push(Kind.DATA, 0, 0, [memoryview(b"s")], 1, sync, sync=True)
+    s.push_data(sync, 0, 0, [memoryview(b"s")])
     error = TransportError("gone", "ERR_PEER_DIED")
     assert set(map(id, s.fail(error))) == {id(waiting), id(sync)}
     later = _op(1)
-    assert s.push(Kind.DATA, 0, 0, [memoryview(b"x")], 1, later) == (None, [later]) and later.error is error
+    assert s.push_data(later, 0, 0, [memoryview(b"x")]) == (None, True) and later.error is error
+    assert s.push_control(Kind.BYE) is None  # (nothing to write on a failed stream)
 
 
 class Sink:
@@ -129,9 +132,9 @@ class Sink:
     def frame_finished(self, source, header, payload):
         self.got.append((header.kind, header.seq, bytes(payload) if payload is not None else None))
 
-    def frame_whole(self, source, header, payload):
+    def frame_whole(self, source, flags, tag, context, seq, ack, payload):
         self.whole += 1
-        self.frame_finished(source, header, payload)
+        self.got.append((Kind.DATA, seq, bytes(payload)))
 
 
 def test_assembler_takes_frames_cut_anywhere():
@@ -139,8 +142,8 @@ def test_assembler_takes_frames_cut_anywhere():
     wire = Wire()
     s.attach(wire)
     for i in range(4):
-        s.push(Kind.DATA, 0, 0, [memoryview(bytes([i]) * (i * 7))], i * 7, _op())
-    s.push(Kind.BYE)
+        s.push_data(_op(i * 7), 0, 0, [memoryview(bytes([i]) * (i * 7))])
+    s.push_control(Kind.BYE)
     stream = b"".join(wire.frames)
     for cut in (1, 3, 44, 45, 1000):
         sink = Sink()

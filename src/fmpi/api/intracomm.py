@@ -57,13 +57,30 @@ class Intracomm(ObjectCollectives, BufferCollectives, Comm):
         super().__init__(engine, group, context, name)
         self._nb_seq = 0
         self._allreduce_memo = None
+        self._blocking_channel: Channel | None = None  # (``_channel``)
+        self._blocking_generation = -1
         self._worker: Worker | None = None
         self._create_group_seq: dict[tuple, int] = {}
 
     # ------------------------------------------------------------ machinery
     def _channel(self) -> Channel:
+        """The channel of the next blocking collective call.
+
+        One channel serves all of a communicator's blocking calls, stamped with
+        each call's tag: MPI has every member make them one at a time, so two
+        never overlap, and a small call need not build a channel (and ask
+        whether a server takes part) every time. It is rebuilt when the
+        collective table's settings change (``table.generation``), which may
+        change that answer.
+        """
         self._coll_seq += 1
-        return self._make_channel(self._coll_seq % _TAG_SPACE)
+        generation = table.generation()
+        if self._blocking_generation != generation:
+            self._blocking_channel = self._make_channel(0)
+            self._blocking_generation = generation
+        ch = self._blocking_channel
+        ch.tag = self._coll_seq % _TAG_SPACE
+        return ch
 
     def _make_channel(self, tag: int) -> Channel:
         return Channel(self._engine, self._group, self._rank, self._coll_ctx, tag, *self._server())

@@ -22,7 +22,9 @@ import numpy as np
 
 from . import exceptions as err
 
-ArrayFn = Callable[[np.ndarray, np.ndarray, np.ndarray], None]  # (lower, higher, out)
+# (lower, higher, out). A predefined op's is its numpy ufunc itself: a binary ufunc's third
+# positional argument is `out`, so it is called with no Python wrapper in between.
+ArrayFn = Callable[[np.ndarray, np.ndarray, np.ndarray], Any]
 
 
 class Op:
@@ -170,13 +172,6 @@ def _obj_null(x: Any, y: Any) -> Any:
 
 
 # ------------------------------------------------------------------- arrays
-def _ufunc(fn: np.ufunc) -> ArrayFn:
-    def run(lower: np.ndarray, higher: np.ndarray, out: np.ndarray) -> None:
-        fn(lower, higher, out=out)
-
-    return run
-
-
 def _loc(better: np.ufunc) -> ArrayFn:
     """MAXLOC/MINLOC on (value, index) pairs; equal values keep the smaller index."""
 
@@ -205,16 +200,16 @@ _REAL = "iuf"
 _INTEGERS = "biu"
 
 OP_NULL = Op("OP_NULL", None, _obj_null)
-SUM = Op("SUM", _ufunc(np.add), lambda x, y: x + y, kinds=_NUMBERS)
-PROD = Op("PROD", _ufunc(np.multiply), lambda x, y: x * y, kinds=_NUMBERS)
-MAX = Op("MAX", _ufunc(np.maximum), _obj_max, kinds=_REAL)
-MIN = Op("MIN", _ufunc(np.minimum), _obj_min, kinds=_REAL)
-LAND = Op("LAND", _ufunc(np.logical_and), lambda x, y: bool(x) & bool(y), kinds=_INTEGERS)
-LOR = Op("LOR", _ufunc(np.logical_or), lambda x, y: bool(x) | bool(y), kinds=_INTEGERS)
-LXOR = Op("LXOR", _ufunc(np.logical_xor), lambda x, y: bool(x) ^ bool(y), kinds=_INTEGERS)
-BAND = Op("BAND", _ufunc(np.bitwise_and), lambda x, y: x & y, kinds=_INTEGERS)
-BOR = Op("BOR", _ufunc(np.bitwise_or), lambda x, y: x | y, kinds=_INTEGERS)
-BXOR = Op("BXOR", _ufunc(np.bitwise_xor), lambda x, y: x ^ y, kinds=_INTEGERS)
+SUM = Op("SUM", np.add, lambda x, y: x + y, kinds=_NUMBERS)
+PROD = Op("PROD", np.multiply, lambda x, y: x * y, kinds=_NUMBERS)
+MAX = Op("MAX", np.maximum, _obj_max, kinds=_REAL)
+MIN = Op("MIN", np.minimum, _obj_min, kinds=_REAL)
+LAND = Op("LAND", np.logical_and, lambda x, y: bool(x) & bool(y), kinds=_INTEGERS)
+LOR = Op("LOR", np.logical_or, lambda x, y: bool(x) | bool(y), kinds=_INTEGERS)
+LXOR = Op("LXOR", np.logical_xor, lambda x, y: bool(x) ^ bool(y), kinds=_INTEGERS)
+BAND = Op("BAND", np.bitwise_and, lambda x, y: x & y, kinds=_INTEGERS)
+BOR = Op("BOR", np.bitwise_or, lambda x, y: x | y, kinds=_INTEGERS)
+BXOR = Op("BXOR", np.bitwise_xor, lambda x, y: x ^ y, kinds=_INTEGERS)
 MAXLOC = Op("MAXLOC", _loc(np.greater), _obj_maxloc, kinds="loc")
 MINLOC = Op("MINLOC", _loc(np.less), _obj_minloc, kinds="loc")
 REPLACE = Op("REPLACE", _replace, lambda x, y: y, commute=False)

@@ -67,14 +67,15 @@ class AllreduceMemo:
 
     def fits(self, sendbuf: Any, recvbuf: Any, op: Any) -> bool:
         """This call is the remembered one again."""
+        # (``_layout`` written out: this runs on every call)
         return (
             sendbuf is self._sendbuf
             and recvbuf is self._recvbuf
             and op is self._op
             and self._generation == table.generation()
-            and _layout(recvbuf) == self._recv_layout
+            and (recvbuf.dtype, recvbuf.shape, recvbuf.strides) == self._recv_layout
             and recvbuf.flags.writeable
-            and (self._send_layout is None or _layout(sendbuf) == self._send_layout)
+            and (self._send_layout is None or (sendbuf.dtype, sendbuf.shape, sendbuf.strides) == self._send_layout)
         )
 
     @property

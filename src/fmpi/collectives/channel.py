@@ -66,15 +66,8 @@ class Channel:
 
     def sendrecv(self, dest: int, parts: Sequence[memoryview], source: int, buf: memoryview | None = None) -> RecvOp:
         """Send to `dest` and receive from `source` at once; returns the completed receive."""
-        recv = self.irecv(source, buf)
-        send = self.isend(dest, *parts)
-        if send.done:  # (a small send completes as it is written: wait for the receive alone, the cheaper wait)
-            self._engine.wait(recv)
-            if send.error is not None:
-                raise send.error
-        else:
-            self._engine.wait_all([recv, send])
-        return recv
+        group = self._group
+        return self._engine.sendrecv(group[dest], group[source], self._context, self.tag, list(parts), buf)
 
     def wait(self, op: Op) -> None:
         self._engine.wait(op)

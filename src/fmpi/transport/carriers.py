@@ -34,9 +34,9 @@ from .link import Link, PeerClosed, set_liveness
 from .peers import Peer, PeerState
 from .progress import READ, WRITE
 from .relay_channel import RelayChannel, RelayLost, RelayRoute
-from .requests import Op, TransportError, peer_died
+from .requests import Op, SendOp, TransportError, peer_died
 from .shm_lane import LaneReader, LaneWriter, lane_path
-from .stream import Carrier, Entry
+from .stream import Carrier
 
 DEBUG = bool(os.environ.get("FMPI_DEBUG_LINKS"))  # trace link set-up and failover on stderr
 
@@ -137,8 +137,8 @@ class CarrierMixin:
         """Frames a carrier finished writing: complete the sends that complete on write."""
         with self._lock:
             for token in tokens:
-                if isinstance(token, Entry) and token.on_write and token.op is not None:
-                    self._complete_locked(token.op)
+                if isinstance(token, SendOp) and token.on_write:
+                    self._complete_locked(token)
             self._notify_locked()
 
     # ==================================== TCP links: install, lose
@@ -223,7 +223,7 @@ class CarrierMixin:
         for it already returned by this round of ``select`` cannot feed a
         frame from it after the pair moved to the relay.
         """
-        link.retired = True
+        link.retire()
         self._notify_locked()  # a thread reading it must stop
         if self._loop.in_loop():
             self._drop_link(link)
@@ -232,7 +232,7 @@ class CarrierMixin:
 
     def _drop_link(self, link: Link) -> None:
         """Forget a TCP link (progress thread)."""
-        link.retired = True
+        link.retire()
         self._loop.unregister(link.sock)
         link.drop_queue()
         # (its lane files stay until the engine stops: the peer may still be reading

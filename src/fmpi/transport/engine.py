@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from .assembler import FrameAssembler
 from .carriers import CarrierMixin, RelayHandler  # noqa: F401 - RelayHandler is part of the API
-from .frames import DATA, Kind
+from .frames import Kind
 from .held_receive import HeldReceiveMixin
 from .link import Link
 from .linkup import Linker
@@ -126,12 +126,11 @@ class Engine(CarrierMixin, ReceivingMixin, WaitingMixin, HeldReceiveMixin):
                     raise peer.error
                 if peer.state is PeerState.NONE or (peer.state is PeerState.SETUP and not peer.planned):
                     self._linker.need(peer)
-        queued, done = peer.stream.push(DATA, tag, context, parts, nbytes, op, sync)
+        queued, done = peer.stream.push_data(op, tag, context, parts)
         if queued is not None:
             self._want_write(queued)
         if done:
-            # Only `op` can be in `done`, and nobody has it yet: no lock to take, no waiter to wake.
-            op.done = True
+            op.done = True  # (nobody has `op` yet: no lock to take, no waiter to wake)
         return op
 
     def irecv(self, source: int, context: int, tag: int, buffer: memoryview | None) -> RecvOp:
@@ -140,24 +139,46 @@ class Engine(CarrierMixin, ReceivingMixin, WaitingMixin, HeldReceiveMixin):
         with self._lock:
             if self._fatal is not None:
                 raise self._fatal
-            msg = self._matcher.find_unexpected(op, remove=True)
+            peer = None if source == ANY_SOURCE or source == self.rank else self._peers.get(source) or self._peer(source)
+            msg = self._matcher.take_or_post(op)
             if msg is None:
-                if source != ANY_SOURCE and source != self.rank:
-                    peer = self._peers.get(source) or self._peer(source)
-                    if peer.error is not None:
-                        raise peer.error
-                self._matcher.post(op)
+                if peer is not None and peer.error is not None:  # (nothing came from it before it failed)
+                    self._matcher.unpost(op)
+                    raise peer.error
                 return op
             self._fill(op, msg.source, msg.tag, msg.payload)
         self._matched_sync(msg.source, msg.sync)
         return op
+
+    def sendrecv(
+        self, dest: int, source: int, context: int, tag: int, parts: list[memoryview], buffer: memoryview | None
+    ) -> RecvOp:
+        """Send `parts` to `dest` and receive from `source` (into `buffer`; None: a new bytearray), both
+        under `context` and `tag`; returns the completed receive.
+
+        The exchange step of most collective algorithms. The receive is posted
+        first, so the reply can land in `buffer` directly; a small send
+        completes as it is written, and then the receive alone is waited for
+        (on the held-link fast path, where it applies).
+        """
+        recv = self.irecv(source, context, tag, buffer)
+        send = self.isend(dest, context, tag, parts)
+        if not send.done:
+            self.wait_all((recv, send))
+            return recv
+        if not recv.done and self.options.op_timeout is None:
+            self._wait_held(recv, None)  # (what ``wait`` would do first, without its checks: once per message)
+        self.wait(recv)
+        if send.error is not None:
+            raise send.error
+        return recv
 
     def iprobe(self, source: int, context: int, tag: int) -> tuple[int, int, int] | None:
         """(source, tag, nbytes) of the first matching arrived message, left in place."""
         pattern = RecvOp(context, source, tag, None)
         with self._lock:
             self._check_fatal()
-            msg = self._matcher.find_unexpected(pattern, remove=False)
+            msg = self._matcher.find_unexpected(pattern)
             return None if msg is None else (msg.source, msg.tag, len(msg.payload))
 
     def probe(self, source: int, context: int, tag: int, timeout: float | None = None) -> tuple[int, int, int]:
@@ -166,7 +187,7 @@ class Engine(CarrierMixin, ReceivingMixin, WaitingMixin, HeldReceiveMixin):
         with self._lock:
             while True:
                 self._check_fatal()
-                msg = self._matcher.find_unexpected(pattern, remove=False)
+                msg = self._matcher.find_unexpected(pattern)
                 if msg is not None:
                     return msg.source, msg.tag, len(msg.payload)
                 if source != ANY_SOURCE and source != self.rank:
@@ -178,7 +199,10 @@ class Engine(CarrierMixin, ReceivingMixin, WaitingMixin, HeldReceiveMixin):
     def wait(self, op: Op, timeout: float | None = None) -> None:
         """Block until `op` completes; raises its error."""
         if not op.done:
-            timeout = self._try_held(op, timeout)
+            if timeout is None and op.__class__ is RecvOp and self.options.op_timeout is None:
+                self._wait_held(op, None)  # (``_try_held`` without its deadline arithmetic: once per message)
+            else:
+                timeout = self._try_held(op, timeout)
             if not op.done:
                 self._block(lambda: op.done, (op,), timeout, "wait")
         if op.error is not None:
@@ -288,8 +312,7 @@ class Engine(CarrierMixin, ReceivingMixin, WaitingMixin, HeldReceiveMixin):
             self._closing = True
         if self._fatal is None:
             for peer in byes:
-                queued, _ = peer.stream.push(Kind.BYE)
-                self._after_write(queued, [])
+                self._after_write(peer.stream.push_control(Kind.BYE), [])
         # Let the BYEs out, then half-close: the peer reads BYE, then EOF.
         end = time.monotonic() + 0.5
         with self._lock:
@@ -339,8 +362,7 @@ class Engine(CarrierMixin, ReceivingMixin, WaitingMixin, HeldReceiveMixin):
         if isinstance(sync, SendOp):
             self._complete(sync)
         elif sync is not None and source != self.rank:
-            queued, done = self._peers[source].stream.push(Kind.MATCHED, context=sync)
-            self._after_write(queued, done)
+            self._after_write(self._peers[source].stream.push_control(Kind.MATCHED, context=sync), [])
 
     def _deliver_to_self(self, op: SendOp, context: int, tag: int, parts: list[memoryview], nbytes: int) -> None:
         payload = bytearray(nbytes)

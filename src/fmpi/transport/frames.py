@@ -78,10 +78,16 @@ def pack_header(
 
 
 def unpack_header(data: bytes | bytearray | memoryview, offset: int = 0) -> Header:
-    kind, flags, _reserved, source, tag, context, seq, nbytes, ack = HEADER.unpack_from(data, offset)
-    kind = _KINDS.get(kind)
+    return parse_header(*HEADER.unpack_from(data, offset))
+
+
+def parse_header(
+    number: int, flags: int, _reserved: int, source: int, tag: int, context: int, seq: int, nbytes: int, ack: int
+) -> Header:
+    """A header from the fields ``HEADER`` unpacked, checked."""
+    kind = _KINDS.get(number)
     if kind is None:
-        raise FrameError(f"unknown frame kind {HEADER.unpack_from(data, offset)[0]}")
+        raise FrameError(f"unknown frame kind {number}")
     if nbytes > MAX_PAYLOAD:
         raise FrameError(f"frame length {nbytes} exceeds the limit of {MAX_PAYLOAD} bytes")
     if kind is not DATA and nbytes:

@@ -73,16 +73,9 @@ class Link(QueuedWriter):
     time, the holder of the pair stream's ``rx_lock`` (the progress thread or a waiting thread)."""
 
     __slots__ = (
-        "peer", "kind", "asm", "_stage", "_view", "bytes_in", "read_failure", "idle_since", "_wait_poll", "lane_out",
+        "peer", "kind", "asm", "retired", "_stage", "_view", "bytes_in", "read_failure", "idle_since", "_wait_poll",
+        "lane_out",
     )
-
-    @property
-    def retired(self) -> bool:
-        return self.asm.retired
-
-    @retired.setter
-    def retired(self, value: bool) -> None:
-        self.asm.retired = value
 
     def __init__(self, peer: int, sock: socket.socket, sink: FrameSink, kind: str = "direct") -> None:
         self.peer = peer
@@ -90,6 +83,9 @@ class Link(QueuedWriter):
         self.kind = kind  # how it was made: "direct" or "punched"
         sock.setblocking(False)
         self.asm = FrameAssembler(peer, "tcp", sink)
+        # It carries nothing more (``retire``). A plain field, not a property over the assembler's
+        # own flag: readers check it several times per message.
+        self.retired = False
         self._stage = bytearray(STAGE_SIZE)
         self._view = memoryview(self._stage)
         self.bytes_in = 0
@@ -99,6 +95,11 @@ class Link(QueuedWriter):
         self.idle_since = 0.0  # when the last waiting thread stopped reading it (waiting.py)
         self._wait_poll: tuple[int, object] | None = None
         self.lane_out: LaneWriter | None = None
+
+    def retire(self) -> None:
+        """The pair moved on (failover, or the link is being dropped): frames still read from it are ignored."""
+        self.retired = True
+        self.asm.retired = True
 
     def add_lanes(self, out: LaneWriter, into: LaneReader) -> None:
         """The peer shares this host: large payloads travel through shared memory (before any traffic)."""
@@ -118,7 +119,8 @@ class Link(QueuedWriter):
         """Read what the kernel has; raises PeerClosed on EOF, OSError/FrameError on failure."""
         sock, asm = self.sock, self.asm
         while True:
-            target = asm.direct_target(DIRECT_READ_THRESHOLD)
+            # (in the middle of a payload: a large rest goes straight to its destination)
+            target = None if asm.dest is None else asm.direct_target(DIRECT_READ_THRESHOLD)
             if target is not None:
                 want = len(target)
                 try:
@@ -141,8 +143,7 @@ class Link(QueuedWriter):
             if n == 0:
                 raise PeerClosed()
             self.bytes_in += n
-            with self._view[:n] as chunk:
-                asm.feed(chunk)
+            asm.feed(self._view, n)
             if n < STAGE_SIZE or asm.retired:
                 return
 

@@ -45,21 +45,26 @@ class Matcher(Generic[P, M]):
         self._order = itertools.count(1)
 
     # -- receive side -------------------------------------------------------
-    def find_unexpected(self, pattern: Pattern, remove: bool) -> M | None:
-        """First arrived message that `pattern` matches (removed when `remove`)."""
+    def find_unexpected(self, pattern: Pattern) -> M | None:
+        """First arrived message that `pattern` matches, left in place (a probe)."""
         queue = self._unexpected.get(pattern.context)
-        if not queue:
-            return None
-        for i, msg in enumerate(queue):
-            if _wants(pattern, msg.source, msg.tag):
-                if remove:
-                    del queue[i]
-                return msg
+        if queue:
+            for msg in queue:
+                if _wants(pattern, msg.source, msg.tag):
+                    return msg
         return None
 
-    def post(self, recv: P) -> None:
+    def take_or_post(self, recv: P) -> M | None:
+        """The first arrived message `recv` matches, removed; if there is none, post `recv` and return None."""
+        queue = self._unexpected.get(recv.context)
+        if queue:
+            for i, msg in enumerate(queue):
+                if _wants(recv, msg.source, msg.tag):
+                    del queue[i]
+                    return msg
         recv.order = next(self._order)
         self._posted[recv.context].append(recv)
+        return None
 
     def repost(self, recv: P) -> None:
         """Put back a receive taken by ``take_posted`` at its original place in the queue.

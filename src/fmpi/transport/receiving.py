@@ -19,7 +19,7 @@ from __future__ import annotations
 from . import hang
 from .assembler import FrameAssembler
 from .frames import Flag, Header, Kind
-from .requests import Arrived, RecvOp, TransportError
+from .requests import Arrived, RecvOp, SendOp, TransportError
 from .stream import Stream
 
 # Frames at least this large that their sender waits on are acknowledged the
@@ -55,32 +55,44 @@ class ReceivingMixin:
             self._matched_sync(rank, header.seq)
         return dest if isinstance(dest, memoryview) else memoryview(dest)
 
-    def frame_whole(self, source: FrameAssembler, header: Header, payload: memoryview) -> None:
+    def frame_whole(
+        self, source: FrameAssembler, flags: int, tag: int, context: int, seq: int, ack: int, payload: memoryview
+    ) -> None:
         """``frame_started`` + ``frame_finished`` in one step, for a DATA frame read whole."""
         if source.retired:
             return
         rank = source.peer
         stream = self._peers[rank].stream
-        if header.ack > stream._acked_in:
-            self._acknowledged(stream, header.ack)
-        if not stream.check_seq(header.seq):
+        if ack > stream._acked_in:
+            done, drained = stream.acknowledged(ack)  # (``_acknowledged`` inline: once per message)
+            if done or drained and self._draining:
+                self._complete_acked(done)
+        n = len(payload)
+        if not stream.accept(seq, n, flags):
             return  # a duplicate
-        flags = header.flags
-        stream.received(header.nbytes, flags)
         if source.via == "relay":
             self._touched.add(rank)
-        elif flags & _ACK_NOW and header.nbytes >= EARLY_ACK:
+        elif flags & _ACK_NOW and n >= EARLY_ACK:
             self._after_write(stream.send_ack(), [])
-        sync_seq = header.seq if flags & _SYNC else None
         with self._lock:
-            recv = self._matcher.take_posted(header.context, rank, header.tag)
+            recv = self._matcher.take_posted(context, rank, tag)
             if recv is None:
-                self._matcher.add_unexpected(Arrived(header.context, rank, header.tag, bytearray(payload), sync_seq))
+                self._matcher.add_unexpected(Arrived(context, rank, tag, bytearray(payload), seq if flags & _SYNC else None))
                 self._notify_locked()  # a probe may be waiting
                 return
-            self._fill(recv, rank, header.tag, payload if recv.buffer is not None else bytearray(payload))
-        if sync_seq is not None:
-            self._matched_sync(rank, sync_seq)
+            buffer = recv.buffer
+            if buffer is not None and n <= len(buffer):
+                # (``_fill`` and ``_finish_recv`` inline, for their common case: once per message)
+                buffer[:n] = payload
+                recv.status_source = rank
+                recv.status_tag = tag
+                recv.nbytes = n
+                recv.done = True
+                self._notify_locked()
+            else:
+                self._fill(recv, rank, tag, payload if buffer is not None else bytearray(payload))
+        if flags & _SYNC:
+            self._matched_sync(rank, seq)
 
     def frame_finished(self, source: FrameAssembler, header: Header, payload: memoryview | None) -> None:
         if source.retired:
@@ -92,9 +104,8 @@ class ReceivingMixin:
         if header.ack > stream._acked_in:
             self._acknowledged(stream, header.ack)
         if kind is Kind.DATA or kind is Kind.MATCHED or kind is Kind.BYE:  # sequenced
-            if not stream.check_seq(header.seq):
+            if not stream.accept(header.seq, header.nbytes, header.flags):
                 return  # a duplicate
-            stream.received(header.nbytes, header.flags)
             if header.flags & _ACK_NOW and header.nbytes >= EARLY_ACK:
                 # The sender waits for this large frame: acknowledge before waking the
                 # receiver, so the ACK does not queue behind what the receiver sends next.
@@ -122,10 +133,14 @@ class ReceivingMixin:
     def _acknowledged(self, stream: Stream, upto: int) -> None:
         done, drained = stream.acknowledged(upto)
         if done or (drained and self._draining):
-            with self._lock:
-                for op in done:
-                    self._complete_locked(op)
-                self._notify_locked()  # finalize waits for everything to be acknowledged
+            self._complete_acked(done)
+
+    def _complete_acked(self, done: list[SendOp]) -> None:
+        """Sends completed by an acknowledgement, or (`done` empty) the last one acknowledged while finalizing."""
+        with self._lock:
+            for op in done:
+                self._complete_locked(op)
+            self._notify_locked()  # finalize waits for everything to be acknowledged
 
     def _deliver(self, rank: int, header: Header) -> None:
         sync_seq = header.seq if header.flags & _SYNC else None

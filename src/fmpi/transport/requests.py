@@ -37,7 +37,12 @@ class Op:
 
 
 class SendOp(Op):
-    __slots__ = ("dest", "seq", "sync", "nbytes")
+    """A send. Once its peer's stream takes it (``stream.py``), it is also the stream's record of the
+    frame that carries it until the peer acknowledges it: the sequence number, the header's fields and
+    the payload (or its private copy) a resend after a failover needs. One object per message, not two.
+    """
+
+    __slots__ = ("dest", "seq", "sync", "nbytes", "kind", "flags", "tag", "context", "parts", "on_write", "copied")
 
     def __init__(self, dest: int, nbytes: int, sync: bool) -> None:
         # (Op's fields set here, not by super().__init__(): one call less per message)
@@ -48,6 +53,24 @@ class SendOp(Op):
         self.nbytes = nbytes
         self.sync = sync
         self.seq = -1
+        # The frame's fields are set by the stream when it takes the send (``Stream.push_data``;
+        # only what it took is ever read as a frame): kind (frames.Kind), flags, tag, context,
+        # parts (the payload, or the stream's own copy of it), on_write (it completes once its
+        # frame is written, else on ACK or MATCHED), copied (bytes of `parts` that are that copy).
+
+    @classmethod
+    def control(cls, dest: int, seq: int, kind: Any, context: int) -> "SendOp":
+        """The record of a sequenced frame without payload (MATCHED, BYE): complete from the start,
+        since nobody waits for it."""
+        op = cls(dest, 0, False)
+        op.done = True
+        op.seq = seq
+        op.kind = kind
+        op.flags = op.tag = op.copied = 0
+        op.context = context
+        op.parts = []
+        op.on_write = False
+        return op
 
 
 class RecvOp(Op):

@@ -51,7 +51,7 @@ import threading
 from collections import deque
 from typing import Protocol
 
-from .frames import DATA, Flag, FrameError, Kind, pack_header
+from .frames import DATA, HEADER, Flag, FrameError, Kind, pack_header
 from .requests import SendOp, TransportError
 from .shm_lane import LANE_MIN
 
@@ -59,9 +59,11 @@ from .shm_lane import LANE_MIN
 _SYNC = int(Flag.SYNC)
 _ACK_NOW = int(Flag.ACK_NOW)
 _LANE = int(Flag.LANE)
+_pack = HEADER.pack  # (``pack_header`` without its Python frame, on the per-message path)
 
 
 _NOTHING: tuple[list[SendOp], bool] = ([], False)
+_NO_PARTS: list[memoryview] = []
 POOL_MIN = 4096  # copies below this are plain bytes
 
 
@@ -73,24 +75,6 @@ class Carrier(Protocol):
 
     def write_held(self, parts: list[memoryview], token: object | None) -> bool:
         """``write`` with ``wlock`` already held by the caller."""
-
-
-class Entry:
-    """A sequenced frame waiting for its acknowledgement."""
-
-    __slots__ = ("seq", "kind", "flags", "tag", "context", "parts", "nbytes", "op", "on_write", "copied")
-
-    def __init__(self, seq, kind, flags, tag, context, parts, nbytes, op, on_write, copied) -> None:
-        self.seq = seq
-        self.kind = kind
-        self.flags = flags
-        self.tag = tag
-        self.context = context
-        self.parts = parts
-        self.nbytes = nbytes
-        self.op: SendOp | None = op
-        self.on_write = on_write  # the op completes once the frame is written (else on ACK or MATCHED)
-        self.copied = copied
 
 
 class Stream:
@@ -114,7 +98,7 @@ class Stream:
         self._ack_bytes = ack_bytes
         # send side
         self.next_seq = 0
-        self.unacked: deque[Entry] = deque()
+        self.unacked: deque[SendOp] = deque()  # sent or held frames, in seq order (each its op: requests.py)
         self.next_unsent = 0
         self.carrier: Carrier | None = None
         self.sync: dict[int, SendOp] = {}
@@ -131,78 +115,107 @@ class Stream:
         self.ack_timer = False
 
     # ================================================================ sending
-    def push(
-        self, kind: Kind, tag: int = 0, context: int = 0, parts: list[memoryview] | None = None,
-        nbytes: int = 0, op: SendOp | None = None, sync: bool = False,
-    ) -> tuple[Carrier | None, list[SendOp]]:
-        """Add a sequenced frame and write it if a carrier is attached.
+    def push_data(self, op: SendOp, tag: int, context: int, parts: list[memoryview]) -> tuple[Carrier | None, bool]:
+        """Add the message of `op` (``op.nbytes`` bytes in `parts`) and write it if a carrier is attached.
 
-        Returns (a carrier that kept part of the frame queued, or None; the
-        ops completed by this call). A failed stream completes `op` with its
+        Returns (a carrier that kept part of the frame queued, or None;
+        whether `op` is complete now). A small message completes as soon as
+        it is copied and written; a failed stream completes `op` with its
         error at once.
         """
-        parts = parts or []
         with self.lock:
             if self.failed is not None:
-                if op is not None:
-                    op.error = self.failed
-                    return None, [op]
-                return None, []
+                op.error = self.failed
+                return None, True
             seq = self.next_seq
             self.next_seq = seq + 1
-            flags = 0
-            on_write = False
-            copied = 0
-            laned = None
             carrier = self.carrier
-            if kind is DATA:
-                if nbytes >= LANE_MIN and carrier is not None and self.next_unsent == seq:
-                    lane = getattr(carrier, "lane_out", None)
-                    if lane is not None:
-                        laned = lane.place(parts, nbytes)  # (None: no room, it goes inline)
-                if sync:
-                    flags |= _SYNC
-                    self.sync[seq] = op
-                elif laned is not None:
-                    parts = [laned]
-                    on_write = True
-                elif nbytes <= self._copy_limit:
-                    if nbytes:
-                        parts = [self._copy(parts, nbytes)]
-                        copied = nbytes
-                    on_write = True
-                else:
-                    flags |= _ACK_NOW
-            if copied:
-                self._copied_unacked += copied
-                if self._copied_unacked > self._ack_window:
-                    flags |= _ACK_NOW
-            entry = Entry(seq, kind, flags, tag, context, parts, nbytes, op, on_write, copied)
-            self.unacked.append(entry)
-            if carrier is None or self.next_unsent != seq:
-                return None, []
-            self.next_unsent = seq + 1
-            ack = self.recv_next
-            if ack > self.acked_out:
-                self.acked_out = ack
-                self._rx_bytes = 0
-                self._ack_asap = False
-            if laned is None:
-                frame = [memoryview(pack_header(kind, flags, self.me, tag, context, seq, nbytes, ack)), *parts]
-            else:  # the payload is in the lane; a resend (``_frame``) carries it inline
-                frame = [memoryview(pack_header(kind, flags | _LANE, self.me, tag, context, seq, nbytes, ack))]
-            # Hand over hand: take the carrier's write lock before letting go of
-            # ours, so frames still go out in seq order, but acknowledgements
-            # (which need only our lock) are not held up by a long sendmsg.
-            wlock = carrier.wlock
-            wlock.acquire()
+            nbytes = op.nbytes
+            flags = copied = 0
+            on_write = True  # (else the op completes on ACK or MATCHED)
+            laned = None
+            if nbytes >= LANE_MIN and carrier is not None and self.next_unsent == seq:
+                lane = getattr(carrier, "lane_out", None)
+                if lane is not None:
+                    laned = lane.place(parts, nbytes)  # (None: no room, it goes inline)
+            if op.sync:
+                flags = _SYNC
+                on_write = False
+                self.sync[seq] = op
+            elif laned is not None:
+                parts = [laned]
+            elif nbytes <= self._copy_limit:
+                if nbytes:
+                    # (below POOL_MIN the copy is plain bytes: ``_copy`` is for the larger ones)
+                    parts = [b"".join(parts) if nbytes < POOL_MIN else self._copy(parts, nbytes)]
+                    copied = nbytes
+                    self._copied_unacked += nbytes
+                    if self._copied_unacked > self._ack_window:
+                        flags = _ACK_NOW
+            else:
+                flags = _ACK_NOW
+                on_write = False
+            op.seq = seq
+            op.kind = DATA
+            op.flags = flags
+            op.tag = tag
+            op.context = context
+            op.parts = parts
+            op.on_write = on_write
+            op.copied = copied
+            frame = self._queue(op, carrier, laned is not None)
+            if frame is None:
+                return None, False
+        try:
+            written = carrier.write_held(frame, op)
+        finally:
+            carrier.wlock.release()
+        return (None, on_write) if written else (carrier, False)
+
+    def push_control(self, kind: Kind, context: int = 0) -> Carrier | None:
+        """Add a sequenced frame without payload (MATCHED, BYE) and write it if a carrier is attached.
+
+        Returns the carrier if it kept part of the frame queued.
+        """
+        with self.lock:
+            if self.failed is not None:
+                return None
+            seq = self.next_seq
+            self.next_seq = seq + 1
+            carrier = self.carrier
+            entry = SendOp.control(self.peer, seq, kind, context)
+            frame = self._queue(entry, carrier, False)
+            if frame is None:
+                return None
         try:
             written = carrier.write_held(frame, entry)
         finally:
-            wlock.release()
-        if written:
-            return None, [op] if on_write and op is not None else []
-        return carrier, []
+            carrier.wlock.release()
+        return None if written else carrier
+
+    def _queue(self, entry: SendOp, carrier: Carrier | None, laned: bool) -> list[memoryview] | None:
+        """(lock held) Keep `entry` until acknowledged; if it may be written now, its frame, with the
+        carrier's write lock taken (None: it waits for ``attach`` or behind frames not yet written).
+
+        `laned`: the payload is in the carrier's lane, and the frame is the
+        header alone (a resend, ``_frame``, carries the payload inline)."""
+        self.unacked.append(entry)
+        seq = entry.seq
+        if carrier is None or self.next_unsent != seq:
+            return None
+        self.next_unsent = seq + 1
+        ack = self.recv_next  # (``_take_ack`` inline: once per message)
+        if ack > self.acked_out:
+            self.acked_out = ack
+            self._rx_bytes = 0
+            self._ack_asap = False
+        flags = entry.flags | _LANE if laned else entry.flags
+        header = _pack(entry.kind, flags, 0, self.me, entry.tag, entry.context, seq, entry.nbytes, ack)
+        # Hand over hand: take the carrier's write lock before the caller lets go of
+        # ours, so frames still go out in seq order, but acknowledgements (which
+        # need only our lock) are not held up by a long sendmsg.
+        carrier.wlock.acquire()
+        return [header] if laned else [header, *entry.parts]
 
     def control(self, kind: Kind) -> list[memoryview]:
         """An unsequenced frame (RESUME, PUNCH) carrying our cumulative ack; the caller writes it."""
@@ -225,8 +238,8 @@ class Stream:
                     continue
                 if not carrier.write(self._frame(entry), entry):
                     queued = carrier
-                elif entry.on_write and entry.op is not None:
-                    done.append(entry.op)
+                elif entry.on_write:
+                    done.append(entry)
             self.next_unsent = self.next_seq
             return queued, done
 
@@ -234,10 +247,6 @@ class Stream:
         """Stop writing (the carrier died or is being replaced): frames are held until ``attach``."""
         with self.lock:
             self.carrier = None
-
-    def written(self, entry: Entry) -> SendOp | None:
-        """A carrier finished writing `entry`: the op to complete, if it completes on write."""
-        return entry.op if entry.on_write else None
 
     def acknowledged(self, upto: int) -> tuple[list[SendOp], bool]:
         """The peer holds every frame below `upto`: forget them.
@@ -258,8 +267,8 @@ class Stream:
         with self.lock:
             self.failed = error
             self.carrier = None
-            ops = [e.op for e in self.unacked if e.op is not None]
-            ops += [op for op in self.sync.values() if op is not None]
+            ops = list(self.unacked)
+            ops += self.sync.values()
             self.unacked.clear()
             self.sync.clear()
             # (the engine, holding its lock, skips ops already completed on write)
@@ -274,30 +283,31 @@ class Stream:
             return self.sync.pop(seq, None)
 
     def _drop_acked(self, upto: int) -> list[SendOp]:
-        upto = min(upto, self.next_seq)
+        if upto > self.next_seq:
+            upto = self.next_seq
         done = []
         unacked = self.unacked
         while unacked and unacked[0].seq < upto:
-            entry = unacked.popleft()
-            if entry.copied:
-                self._copied_unacked -= entry.copied
-                if entry.copied >= POOL_MIN:  # (smaller copies are bytes, nothing to recycle)
-                    self._recycle(entry.parts[0])
+            op = unacked.popleft()
+            copied = op.copied
+            if copied:
+                self._copied_unacked -= copied
+                if copied >= POOL_MIN:  # (smaller copies are bytes, nothing to recycle)
+                    self._recycle(op.parts[0])
+            op.parts = _NO_PARTS  # (a Request may outlive this: let go of the sender's buffer)
             # (an op completed on write is usually done already: skip it cheaply)
-            if entry.op is not None and not entry.flags & _SYNC and not entry.op.done:
-                done.append(entry.op)
+            if not op.done and not op.flags & _SYNC:
+                done.append(op)
         return done
 
     def _copy(self, parts: list[memoryview], nbytes: int) -> memoryview:
-        """A private copy of a message, in a recycled buffer when it is not tiny.
+        """A private copy of a message of at least POOL_MIN bytes, in a recycled buffer.
 
         Fresh allocations of this size are fresh pages from the kernel (page
         faults on every copy); recycling the buffers of acknowledged copies
         keeps a copy at memcpy speed. The pool never holds more than
         ``ack_window`` bytes per peer.
         """
-        if nbytes < POOL_MIN:
-            return memoryview(b"".join(parts))
         size = 1 << (nbytes - 1).bit_length()
         free = self._pool.get(size)
         if free:
@@ -318,7 +328,7 @@ class Stream:
             self._pool.setdefault(len(buf), []).append(buf)
             self._pooled += len(buf)
 
-    def _frame(self, entry: Entry) -> list[memoryview]:
+    def _frame(self, entry: SendOp) -> list[memoryview]:
         header = pack_header(entry.kind, entry.flags, self.me, entry.tag, entry.context, entry.seq, entry.nbytes, self._take_ack())
         return [memoryview(header), *entry.parts]
 
@@ -344,12 +354,19 @@ class Stream:
     # counters below from a value read a moment earlier. The worst such a race
     # does is one ACK sent late (the delayed-ACK timer still fires) or twice.
 
-    def received(self, nbytes: int, flags: int) -> None:
-        """(rx_lock held) The next sequenced frame arrived whole."""
-        self.recv_next += 1
+    def accept(self, seq: int, nbytes: int, flags: int) -> bool:
+        """(rx_lock held) A sequenced frame arrived whole: record it if it is the expected one.
+
+        False for a duplicate (drop it); raises on a gap, as ``check_seq``.
+        """
+        expected = self.recv_next
+        if seq != expected:
+            return self.check_seq(seq)  # (False for a duplicate; raises on a gap)
+        self.recv_next = expected + 1
         self._rx_bytes += nbytes
         if flags & _ACK_NOW:
             self._ack_asap = True
+        return True
 
     def ack_due(self) -> str | None:
         """"now", "later" (arm the delayed-ACK timer) or None (nothing unacknowledged)."""
