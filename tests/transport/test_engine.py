@@ -249,7 +249,7 @@ def test_waiting_threads_hand_the_links_over_without_losing_a_wake_up(world):
 
 def _hold_link(b: Engine, recv) -> None:
     """b waits a moment for `recv` (from rank 0), in vain: that wait holds the link to rank 0, and holds
-    are sticky (waiting.py), so b's next wait on rank 0 takes the held-link fast path (held_receive.py)."""
+    are sticky (waiting.py), so b's next wait on rank 0 takes the held-link fast path (held_link.py)."""
     with pytest.raises(TransportError, match="timed out"):
         b.wait(recv, timeout=0.05)
 

@@ -24,7 +24,7 @@ from .ranks import fold, real_rank
 
 
 # What one step of a rank's plan does (see ``Plan``).
-SEND, RECV_FOLD, EXCHANGE_AS_HIGHER, EXCHANGE_AS_LOWER, RECV_RESULT = range(5)
+SEND, RECV_COMBINE, EXCHANGE, RECV_RESULT = range(4)
 
 
 class Plan:
@@ -34,50 +34,67 @@ class Plan:
     an iterative program that reduces the same small vector every iteration
     (``api/repeated_calls.py``) keeps the plan and its scratch vector and
     skips this set-up, a noticeable share of a small allreduce's CPU time.
+
+    Each step has its operands bound: what it sends, and the (lower,
+    higher) pair it combines into the receive vector. The first step reads
+    the send vector itself, so a call that is not in place never copies it
+    into the receive vector first (for a small vector that copy cost as
+    much as the combine).
     """
 
-    __slots__ = ("_send", "_recv", "_combine", "_tmp", "_mine", "_theirs", "_steps")
+    __slots__ = ("_send", "_recv", "_combine", "_mine", "_theirs", "_steps", "_copy")
 
     def __init__(self, rank: int, size: int, opts: AllreduceOptions) -> None:
-        self._send, self._recv, self._combine = opts.send, opts.recv, opts.combine
-        steps: list[tuple[int, int]] = []
+        send, recv = opts.send, opts.recv
+        self._send, self._recv, self._combine = send, recv, opts.combine
+        self._mine = as_bytes(recv)
+        # (np.empty, not np.empty_like: that goes through numpy's Python-level dispatch)
+        tmp = np.empty(recv.shape, recv.dtype) if size > 1 else recv
+        self._theirs = as_bytes(tmp)
+        partial = send  # this rank's partial result so far (the send vector until a step writes recv)
+        steps: list[tuple[int, int, memoryview | None, np.ndarray | None, np.ndarray | None]] = []
         if size > 1:
             pof2, rem, newrank = fold(rank, size)
             if rank < 2 * rem:
-                steps.append((SEND, rank + 1) if rank % 2 == 0 else (RECV_FOLD, rank - 1))
+                if rank % 2 == 0:
+                    steps.append((SEND, rank + 1, as_bytes(partial), None, None))
+                else:  # the even rank below hands in its vector
+                    steps.append((RECV_COMBINE, rank - 1, None, tmp, partial))
+                    partial = recv
             if newrank >= 0:
                 mask = 1
                 while mask < pof2:
                     peer = real_rank(newrank ^ mask, rem)
-                    steps.append((EXCHANGE_AS_HIGHER if peer < rank else EXCHANGE_AS_LOWER, peer))
+                    # lower ranks' partial first: both partners compute the same operation on the same operands
+                    lower, higher = (tmp, partial) if peer < rank else (partial, tmp)
+                    steps.append((EXCHANGE, peer, as_bytes(partial), lower, higher))
+                    partial = recv
                     mask <<= 1
             if rank < 2 * rem:
-                steps.append((SEND, rank - 1) if rank % 2 else (RECV_RESULT, rank + 1))
+                if rank % 2:
+                    steps.append((SEND, rank - 1, as_bytes(partial), None, None))
+                else:
+                    steps.append((RECV_RESULT, rank + 1, None, None, None))
+                    partial = recv
         self._steps = steps
-        recv = opts.recv
-        self._mine = as_bytes(recv)
-        # (np.empty, not np.empty_like: that goes through numpy's Python-level dispatch)
-        self._tmp = np.empty(recv.shape, recv.dtype) if steps else recv
-        self._theirs = as_bytes(self._tmp)
+        # Only a world of one (or a rank whose steps never write recv) still needs the copy.
+        self._copy = partial is not recv
 
     def run(self, ch: Channel) -> None:
-        recv, tmp, mine, theirs, combine = self._recv, self._tmp, self._mine, self._theirs, self._combine
-        if self._send is not recv:
+        recv, theirs, combine = self._recv, self._theirs, self._combine
+        if self._copy:
             recv[...] = self._send  # (slice assignment: np.copyto is a Python-level dispatch too)
-        for action, peer in self._steps:
-            if action == EXCHANGE_AS_HIGHER:
-                ch.sendrecv(peer, [mine], peer, theirs)
-                combine(tmp, recv, recv)  # the peer holds the lower ranks' partial
-            elif action == EXCHANGE_AS_LOWER:
-                ch.sendrecv(peer, [mine], peer, theirs)
-                combine(recv, tmp, recv)
+        for action, peer, out, lower, higher in self._steps:
+            if action == EXCHANGE:
+                ch.sendrecv(peer, [out], peer, theirs)
+                combine(lower, higher, recv)
             elif action == SEND:
-                ch.send(peer, mine)
-            elif action == RECV_FOLD:
+                ch.send(peer, out)
+            elif action == RECV_COMBINE:
                 ch.recv(peer, theirs)
-                combine(tmp, recv, recv)  # the even rank below hands in its vector
+                combine(lower, higher, recv)
             else:  # RECV_RESULT
-                ch.recv(peer, mine)
+                ch.recv(peer, self._mine)
 
 
 def allreduce(ch: Channel, opts: AllreduceOptions) -> None:

@@ -42,7 +42,7 @@ from typing import Any, Callable, Iterable, Sequence
 from .assembler import FrameAssembler
 from .carriers import CarrierMixin, RelayHandler  # noqa: F401 - RelayHandler is part of the API
 from .frames import Kind
-from .held_receive import HeldReceiveMixin
+from .held_link import HeldLinkMixin
 from .link import Link
 from .linkup import Linker
 from .matching import ANY_SOURCE, Matcher
@@ -61,7 +61,7 @@ Endpoint = tuple[str, int]
 
 
 
-class Engine(CarrierMixin, ReceivingMixin, WaitingMixin, HeldReceiveMixin):
+class Engine(CarrierMixin, ReceivingMixin, WaitingMixin, HeldLinkMixin):
     """Point-to-point message passing between the ranks of one job."""
 
     def __init__(
@@ -126,11 +126,7 @@ class Engine(CarrierMixin, ReceivingMixin, WaitingMixin, HeldReceiveMixin):
                     raise peer.error
                 if peer.state is PeerState.NONE or (peer.state is PeerState.SETUP and not peer.planned):
                     self._linker.need(peer)
-        queued, done = peer.stream.push_data(op, tag, context, parts)
-        if queued is not None:
-            self._want_write(queued)
-        if done:
-            op.done = True  # (nobody has `op` yet: no lock to take, no waiter to wake)
+        self._push_message(peer, op, tag, context, parts)
         return op
 
     def irecv(self, source: int, context: int, tag: int, buffer: memoryview | None) -> RecvOp:
@@ -161,16 +157,21 @@ class Engine(CarrierMixin, ReceivingMixin, WaitingMixin, HeldReceiveMixin):
         completes as it is written, and then the receive alone is waited for
         (on the held-link fast path, where it applies).
         """
+        if dest == source and self.options.op_timeout is None:
+            peer = self._peers.get(dest)
+            link = peer.link if peer is not None else None
+            if link is not None:
+                recv = self._exchange_held(peer, link, context, tag, parts, buffer)  # (held_link.py)
+                if recv is not None:
+                    return recv
         recv = self.irecv(source, context, tag, buffer)
         send = self.isend(dest, context, tag, parts)
-        if not send.done:
+        if send.done:
+            self.wait(recv)
+            if send.error is not None:
+                raise send.error
+        else:
             self.wait_all((recv, send))
-            return recv
-        if not recv.done and self.options.op_timeout is None:
-            self._wait_held(recv, None)  # (what ``wait`` would do first, without its checks: once per message)
-        self.wait(recv)
-        if send.error is not None:
-            raise send.error
         return recv
 
     def iprobe(self, source: int, context: int, tag: int) -> tuple[int, int, int] | None:
@@ -229,7 +230,7 @@ class Engine(CarrierMixin, ReceivingMixin, WaitingMixin, HeldReceiveMixin):
                 raise op.error
 
     def _try_held(self, op: Op, timeout: float | None) -> float | None:
-        """Wait for a receive on its peer's held link (held_receive.py) as far as that fast path goes;
+        """Wait for a receive on its peer's held link (held_link.py) as far as that fast path goes;
         returns what is left of `timeout` for the general wait that takes over where it stops."""
         if op.__class__ is not RecvOp or (timeout is None and self.options.op_timeout is not None):
             return timeout
@@ -349,6 +350,14 @@ class Engine(CarrierMixin, ReceivingMixin, WaitingMixin, HeldReceiveMixin):
         return self._relay is not None and self._relay.has_queued()
 
     # ============================================================ sending paths
+    def _push_message(self, peer: Peer, op: SendOp, tag: int, context: int, parts: list[memoryview]) -> None:
+        """Hand the message of `op` to `peer`'s stream (``isend``'s last steps, and ``_exchange_held``'s)."""
+        queued, done = peer.stream.push_data(op, tag, context, parts)
+        if queued is not None:
+            self._want_write(queued)  # (at once: the peer may be waiting for this frame)
+        if done:
+            op.done = True  # (only ever set here: a queued frame's writer may complete it any time)
+
     def _after_write(self, queued: Carrier | None, done: list[SendOp]) -> None:
         if queued is not None:
             self._want_write(queued)

@@ -16,6 +16,8 @@ processed one at a time, in order.
 
 from __future__ import annotations
 
+from _thread import get_ident
+
 from . import hang
 from .assembler import FrameAssembler
 from .frames import Flag, Header, Kind
@@ -88,7 +90,9 @@ class ReceivingMixin:
                 recv.status_tag = tag
                 recv.nbytes = n
                 recv.done = True
-                self._notify_locked()
+                reader = self._reader
+                if self._sleepers or reader is not None and reader != get_ident():
+                    self._notify_locked()  # (not when this thread reads for itself and nobody sleeps)
             else:
                 self._fill(recv, rank, tag, payload if buffer is not None else bytearray(payload))
         if flags & _SYNC:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .frames import DATA, Kind
+
 
 class TransportError(Exception):
     """An operation cannot complete: a peer died, finalized, or the job aborted.
@@ -53,23 +55,18 @@ class SendOp(Op):
         self.nbytes = nbytes
         self.sync = sync
         self.seq = -1
-        # The frame's fields are set by the stream when it takes the send (``Stream.push_data``;
-        # only what it took is ever read as a frame): kind (frames.Kind), flags, tag, context,
-        # parts (the payload, or the stream's own copy of it), on_write (it completes once its
-        # frame is written, else on ACK or MATCHED), copied (bytes of `parts` that are that copy).
+        self.kind: Kind = DATA  # a message (``control`` makes the others)
+        # The frame's other fields are set by the stream when it takes the send (``Stream.push_data``;
+        # only what it took is ever read as a frame): flags, tag, context, parts (the payload, or the
+        # stream's own copy of it), on_write (it completes once its frame is written, else on ACK or
+        # MATCHED), copied (bytes of `parts` that are that copy).
 
     @classmethod
-    def control(cls, dest: int, seq: int, kind: Any, context: int) -> "SendOp":
-        """The record of a sequenced frame without payload (MATCHED, BYE): complete from the start,
-        since nobody waits for it."""
+    def control(cls, dest: int, kind: Kind) -> "SendOp":
+        """A sequenced frame without payload (MATCHED, BYE): nobody waits for it, so it starts complete."""
         op = cls(dest, 0, False)
         op.done = True
-        op.seq = seq
         op.kind = kind
-        op.flags = op.tag = op.copied = 0
-        op.context = context
-        op.parts = []
-        op.on_write = False
         return op
 
 

@@ -156,20 +156,34 @@ class Stream:
                 flags = _ACK_NOW
                 on_write = False
             op.seq = seq
-            op.kind = DATA
             op.flags = flags
             op.tag = tag
             op.context = context
             op.parts = parts
             op.on_write = on_write
             op.copied = copied
-            frame = self._queue(op, carrier, laned is not None)
-            if frame is None:
-                return None, False
+            self.unacked.append(op)
+            if carrier is None or self.next_unsent != seq:
+                return None, False  # (``attach`` writes it, or it waits behind frames not yet written)
+            self.next_unsent = seq + 1
+            ack = self.recv_next  # (``_take_ack`` inline: once per message)
+            if ack > self.acked_out:
+                self.acked_out = ack
+                self._rx_bytes = 0
+                self._ack_asap = False
+            if laned is None:
+                frame = [_pack(op.kind, flags, 0, self.me, tag, context, seq, nbytes, ack), *parts]
+            else:  # the payload is in the lane; a resend (``_frame``) carries it inline
+                frame = [_pack(op.kind, flags | _LANE, 0, self.me, tag, context, seq, nbytes, ack)]
+            # Hand over hand: take the carrier's write lock before letting go of
+            # ours, so frames still go out in seq order, but acknowledgements
+            # (which need only our lock) are not held up by a long sendmsg.
+            wlock = carrier.wlock
+            wlock.acquire()
         try:
             written = carrier.write_held(frame, op)
         finally:
-            carrier.wlock.release()
+            wlock.release()
         return (None, on_write) if written else (carrier, False)
 
     def push_control(self, kind: Kind, context: int = 0) -> Carrier | None:
@@ -177,45 +191,7 @@ class Stream:
 
         Returns the carrier if it kept part of the frame queued.
         """
-        with self.lock:
-            if self.failed is not None:
-                return None
-            seq = self.next_seq
-            self.next_seq = seq + 1
-            carrier = self.carrier
-            entry = SendOp.control(self.peer, seq, kind, context)
-            frame = self._queue(entry, carrier, False)
-            if frame is None:
-                return None
-        try:
-            written = carrier.write_held(frame, entry)
-        finally:
-            carrier.wlock.release()
-        return None if written else carrier
-
-    def _queue(self, entry: SendOp, carrier: Carrier | None, laned: bool) -> list[memoryview] | None:
-        """(lock held) Keep `entry` until acknowledged; if it may be written now, its frame, with the
-        carrier's write lock taken (None: it waits for ``attach`` or behind frames not yet written).
-
-        `laned`: the payload is in the carrier's lane, and the frame is the
-        header alone (a resend, ``_frame``, carries the payload inline)."""
-        self.unacked.append(entry)
-        seq = entry.seq
-        if carrier is None or self.next_unsent != seq:
-            return None
-        self.next_unsent = seq + 1
-        ack = self.recv_next  # (``_take_ack`` inline: once per message)
-        if ack > self.acked_out:
-            self.acked_out = ack
-            self._rx_bytes = 0
-            self._ack_asap = False
-        flags = entry.flags | _LANE if laned else entry.flags
-        header = _pack(entry.kind, flags, 0, self.me, entry.tag, entry.context, seq, entry.nbytes, ack)
-        # Hand over hand: take the carrier's write lock before the caller lets go of
-        # ours, so frames still go out in seq order, but acknowledgements (which
-        # need only our lock) are not held up by a long sendmsg.
-        carrier.wlock.acquire()
-        return [header] if laned else [header, *entry.parts]
+        return self.push_data(SendOp.control(self.peer, kind), 0, context, [])[0]
 
     def control(self, kind: Kind) -> list[memoryview]:
         """An unsequenced frame (RESUME, PUNCH) carrying our cumulative ack; the caller writes it."""

@@ -1,0 +1,139 @@
+"""The fast paths of blocking operations with one peer whose link this thread already holds.
+
+An iterative program exchanges messages with the same few peers over and
+over, and after its first wait on a peer the link stays *held*
+(``waiting.py``): the progress thread does not read it, the waiting thread
+does. For the next blocking receive from that peer the general wait
+(``_block``: find and hold the links of a set of operations, poll them all
+and a bell, re-check under the lock after every read) is mostly bookkeeping
+that can be skipped, and on a small message that bookkeeping is most of the
+receive's CPU time. Two fast paths skip it:
+
+* ``_wait_held``: a blocking receive;
+* ``_exchange_held``: a blocking exchange (send to the peer, receive from
+  it), the step of most collective algorithms: posting the receive and
+  claiming the link take one hold of the engine lock instead of two.
+
+Both claim the reader role under the engine lock only if the link is still
+held and healthy, then poll that link and the bell (spinning first, as
+every wait does: ``spinning.py``) and read the link themselves under the
+stream's ``rx_lock``, as ``_read_until`` does; frames go through the same
+assembler and delivery code (so matching order is the matcher's, as ever).
+Anything unusual (the bell rang: another thread's op completed, a failover
+or a fatal error; a read failed) ends the fast path, and the caller
+finishes with the general wait, which sorts it out. Waits under hang
+diagnosis (``FMPI_TIMEOUT``) always take the general path, which keeps its
+records.
+"""
+
+from __future__ import annotations
+
+import time
+from _thread import get_ident
+
+from .frames import FrameError
+from .link import Link, PeerClosed
+from .peers import Peer, PeerState
+from .progress import READ
+from .requests import RecvOp, SendOp, TransportError
+from .spinning import spin_poll
+
+
+class HeldLinkMixin:
+    """(It uses the waiting half's reader state: ``_reader``, ``_reading``, ``_held``, the bell.)"""
+
+    def _wait_held(self, op: RecvOp, deadline: float | None) -> None:
+        """Wait for `op` on its peer's held link, as far as the fast path goes (the caller checks ``op.done``).
+
+        Raises ERR_TIMEOUT once `deadline` (``time.monotonic``) passes.
+        """
+        peer = self._peers.get(op.source)
+        link = peer.link if peer is not None else None
+        if link is None:
+            return
+        with self._lock:
+            if not self._may_hold(peer, link):
+                return
+            self._reader = get_ident()
+            self._reading = (link,)
+            self._reader_woken = False
+        try:
+            self._read_held(link, op, deadline)
+        finally:
+            self._give_back((link,))
+
+    def _exchange_held(
+        self, peer: Peer, link: Link, context: int, tag: int, parts: list[memoryview], buffer: memoryview | None
+    ) -> RecvOp | None:
+        """Send `parts` to `peer` and receive its message (into `buffer`) on `link`; the completed receive.
+
+        None when the fast path does not apply (then nothing was done). As a
+        blocking exchange it raises the receive's and the send's errors.
+        """
+        recv = RecvOp(context, peer.rank, tag, buffer)
+        with self._lock:
+            if not self._may_hold(peer, link):
+                return None
+            msg = self._matcher.take_or_post(recv)
+            if msg is None:
+                self._reader = get_ident()
+                self._reading = (link,)
+                self._reader_woken = False
+            else:  # the peer's message came first (the last read took it with the one before)
+                self._fill(recv, msg.source, msg.tag, msg.payload)
+        send = SendOp(peer.rank, len(parts[0]) if len(parts) == 1 else sum(map(len, parts)), False)
+        if msg is not None:
+            self._matched_sync(msg.source, msg.sync)
+            self._push_message(peer, send, tag, context, parts)
+        else:
+            try:
+                self._push_message(peer, send, tag, context, parts)
+                self._read_held(link, recv, None)
+            finally:
+                self._give_back((link,))
+        if not recv.done:
+            self.wait(recv)  # (the general wait takes over where the fast path stopped)
+        elif recv.error is not None:
+            raise recv.error
+        if not send.done:
+            self.wait(send)
+        elif send.error is not None:
+            raise send.error
+        return recv
+
+    def _may_hold(self, peer: Peer, link: Link) -> bool:
+        """(lock held) This thread may read `link` on a fast path now."""
+        return (
+            self._reader is None and self._fatal is None and link in self._held
+            and peer.state is PeerState.LINKED and not link.retired and link.read_failure is None
+        )
+
+    def _read_held(self, link: Link, op: RecvOp, deadline: float | None) -> None:
+        """Read `link` (its reader role claimed) until `op` completes or something unusual happens."""
+        bell = self._reader_bell
+        poller, _ = link.wait_poller(bell)
+        stream = self._peers[link.peer].stream
+        ms = None
+        while not op.done:
+            if deadline is not None:
+                ms = int((deadline - time.monotonic()) * 1000 + 1)
+                if ms <= 0:
+                    raise TransportError("wait timed out", "ERR_TIMEOUT")
+            for fd, _event in spin_poll(poller, ms, self._spin):
+                if fd == bell:
+                    return  # (the general wait drains the bell and looks at what changed)
+                # (``read_link_here`` written out: once per message)
+                with stream.rx_lock:
+                    if link.retired or link.read_failure is not None:
+                        return  # (the progress thread took the link over)
+                    try:
+                        link.on_readable()
+                    except (PeerClosed, OSError, FrameError) as exc:
+                        link.read_failure = exc
+                if link.read_failure is not None:
+                    self._loop.call_soon(lambda: self._on_link_event(link, READ))
+                    return
+                if stream.ack_due() == "now":
+                    self._ack(link.peer, from_timer=False)
+                if link.retired:
+                    return
