@@ -16,6 +16,7 @@ import pytest
 from fmpi.transport.engine import Engine
 from fmpi.transport.frames import Kind, pack_header
 from fmpi.transport.handshake import HELLO, MAGIC, VERSION, Verdict, connect_side
+from fmpi.transport.options import TransportOptions
 from fmpi.transport.requests import TransportError
 
 SECRET = b"s" * 32
@@ -302,3 +303,135 @@ def test_wait_all_down_to_one_receive_on_a_held_link_raises_its_error(world):
     got = a.irecv(1, 0, 2, None)
     a.wait(got, timeout=10)
     assert bytes(got.payload) == b"mine"
+
+
+# ---------------------------------------------------------------- the held-link exchange
+def _held_pair(world, **options):
+    """Two engines whose link b holds (``_hold_link``): b's next sendrecv with rank 0 takes the
+    exchange fast path (held_link.py), as the step of a collective does."""
+    a, b = world(2, **options)
+    a.isend(1, 0, 0, _b(b"link"))
+    b.wait(b.irecv(0, 0, 0, None), timeout=10)
+    probe = b.irecv(0, 0, 99, None)
+    _hold_link(b, probe)
+    assert b.cancel(probe)
+    assert b._peers[0].link in b._held  # (the precondition of the fast path)
+    return a, b
+
+
+def _in_thread(fn):
+    import threading
+
+    out: dict = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            out["error"] = exc
+
+    t = threading.Thread(target=run, daemon=True)  # (a hung one must not keep pytest from failing)
+    t.start()
+    return t, out
+
+
+def test_exchanges_on_a_held_link_deliver_every_message_once_in_order(world):
+    """Many rounds of sendrecv both ways, as recursive doubling does: each side gets the other's
+    message of the same round, whether it arrived before the exchange began or during it."""
+    a, b = _held_pair(world)
+    rounds = 300
+
+    def side(e: Engine, peer: int) -> list[bytes]:
+        got = []
+        for i in range(rounds):
+            buf = bytearray(8)
+            recv = e.sendrecv(peer, peer, 7, i, _b(struct.pack("<ii", e.rank, i)), memoryview(buf))
+            assert (recv.status_source, recv.status_tag, recv.nbytes) == (peer, i, 8)
+            got.append(bytes(buf))
+        return got
+
+    sides = [_in_thread(lambda: side(a, 1)), _in_thread(lambda: side(b, 0))]
+    for t, out in sides:
+        t.join(30)
+        assert not t.is_alive(), "an exchange hung"
+        assert "error" not in out, out.get("error")
+    assert sides[1][1]["value"] == [struct.pack("<ii", 0, i) for i in range(rounds)]
+    assert sides[0][1]["value"] == [struct.pack("<ii", 1, i) for i in range(rounds)]
+
+
+def test_an_exchange_whose_reply_came_first_takes_it_and_still_sends(world):
+    """The peer's messages were read before the exchange began (they wait as unexpected): the exchange
+    matches its reply at once, without waiting, and still sends its own message."""
+    a, b = world(2)
+    a.isend(1, 0, 0, _b(b"link"))
+    b.wait(b.irecv(0, 0, 0, None), timeout=10)
+    a.isend(1, 0, 1, _b(b"one"))
+    a.isend(1, 0, 2, _b(b"two"))
+    time.sleep(0.05)
+    probe = b.irecv(0, 0, 99, None)
+    _hold_link(b, probe)  # (this wait reads both messages, and holds the link)
+    assert b.cancel(probe)
+    assert b._matcher.pending_counts() == (0, 2) and b._peers[0].link in b._held
+    first, second = bytearray(3), bytearray(3)
+    for tag, mine, buf in ((1, b"uno", first), (2, b"dos", second)):
+        recv = b.sendrecv(0, 0, 0, tag, _b(mine), memoryview(buf))
+        assert recv.done and recv.status_tag == tag
+    assert (bytes(first), bytes(second)) == (b"one", b"two")
+    for tag, text in ((1, b"uno"), (2, b"dos")):
+        got = a.irecv(1, 0, tag, None)
+        a.wait(got, timeout=10)
+        assert bytes(got.payload) == text
+
+
+def test_an_exchange_keeps_the_matching_order(world):
+    """A receive posted earlier that matches the peer's message gets it; the exchange gets the next one."""
+    from fmpi.transport.matching import ANY_SOURCE
+
+    a, b = _held_pair(world)
+    earlier = b.irecv(ANY_SOURCE, 0, 5, None)
+    t, out = _in_thread(lambda: (a.wait(a.isend(1, 0, 5, _b(b"first")), timeout=10), time.sleep(0.05),
+                                 a.wait(a.isend(1, 0, 5, _b(b"again")), timeout=10)))
+    buf = bytearray(5)
+    b.sendrecv(0, 0, 0, 5, _b(b"reply"), memoryview(buf))
+    t.join(10)
+    b.wait(earlier, timeout=10)
+    assert (bytes(earlier.payload), bytes(buf)) == (b"first", b"again")
+
+
+def test_an_exchange_raises_a_truncated_reply_and_still_delivers_its_message(world):
+    a, b = _held_pair(world)
+    a.isend(1, 0, 3, _b(b"too long"))
+    with pytest.raises(TransportError, match="truncated"):
+        b.sendrecv(0, 0, 0, 3, _b(b"mine"), memoryview(bytearray(2)))
+    got = a.irecv(1, 0, 3, None)
+    a.wait(got, timeout=10)
+    assert bytes(got.payload) == b"mine"
+
+
+def test_exchanges_of_messages_that_complete_on_their_acknowledgement(world):
+    """Above the copy limit a send completes when the peer acknowledges it: an exchange waits for that
+    too, and both sides' acknowledgements get out while each waits (no deadlock)."""
+    a, b = _held_pair(world, options=TransportOptions(copy_limit=8))
+    payload = bytes(range(100))
+
+    def side(e: Engine, peer: int) -> bytes:
+        for i in range(20):
+            buf = bytearray(100)
+            e.sendrecv(peer, peer, 0, 10 + i, _b(payload), memoryview(buf))
+        return bytes(buf)
+
+    sides = [_in_thread(lambda: side(a, 1)), _in_thread(lambda: side(b, 0))]
+    for t, out in sides:
+        t.join(30)
+        assert not t.is_alive(), "an exchange hung"
+        assert out.get("value") == payload, out.get("error")
+
+
+def test_an_exchange_with_a_peer_that_dies_fails_instead_of_hanging(world):
+    a, b = _held_pair(world)
+    t, out = _in_thread(lambda: b.sendrecv(0, 0, 0, 4, _b(b"anyone?"), memoryview(bytearray(8))))
+    time.sleep(0.2)  # (b waits in the exchange)
+    a.abandon()  # a crash: the socket closes without BYE
+    t.join(10)
+    assert not t.is_alive(), "the exchange hung after its peer died"
+    assert isinstance(out.get("error"), TransportError) and "closed its connection unexpectedly" in str(out["error"])

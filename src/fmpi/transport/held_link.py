@@ -31,10 +31,8 @@ from __future__ import annotations
 import time
 from _thread import get_ident
 
-from .frames import FrameError
-from .link import Link, PeerClosed
+from .link import Link
 from .peers import Peer, PeerState
-from .progress import READ
 from .requests import RecvOp, SendOp, TransportError
 from .spinning import spin_poll
 
@@ -112,7 +110,6 @@ class HeldLinkMixin:
         """Read `link` (its reader role claimed) until `op` completes or something unusual happens."""
         bell = self._reader_bell
         poller, _ = link.wait_poller(bell)
-        stream = self._peers[link.peer].stream
         ms = None
         while not op.done:
             if deadline is not None:
@@ -122,18 +119,6 @@ class HeldLinkMixin:
             for fd, _event in spin_poll(poller, ms, self._spin):
                 if fd == bell:
                     return  # (the general wait drains the bell and looks at what changed)
-                # (``read_link_here`` written out: once per message)
-                with stream.rx_lock:
-                    if link.retired or link.read_failure is not None:
-                        return  # (the progress thread took the link over)
-                    try:
-                        link.on_readable()
-                    except (PeerClosed, OSError, FrameError) as exc:
-                        link.read_failure = exc
-                if link.read_failure is not None:
-                    self._loop.call_soon(lambda: self._on_link_event(link, READ))
-                    return
-                if stream.ack_due() == "now":
-                    self._ack(link.peer, from_timer=False)
-                if link.retired:
-                    return
+                self.read_link_here(link)
+                if link.retired or link.read_failure is not None:
+                    return  # (the progress thread took the link over)
