@@ -47,7 +47,7 @@ from .link import Link
 from .linkup import Linker
 from .matching import ANY_SOURCE, Matcher
 from .options import TransportOptions
-from .peers import Peer, PeerState
+from .peers import LINKED, Peer, PeerState
 from .progress import READ, ProgressLoop
 from .relay_channel import RelayChannel
 from .requests import Arrived, Op, RecvOp, SendOp, TransportError
@@ -117,7 +117,7 @@ class Engine(CarrierMixin, ReceivingMixin, WaitingMixin, HeldLinkMixin):
             self._deliver_to_self(op, context, tag, parts, nbytes)
             return op
         peer = self._peers.get(dest)
-        if peer is None or peer.state is not PeerState.LINKED or self._fatal is not None:
+        if peer is None or peer.state is not LINKED or self._fatal is not None:
             # (a linked peer needs nothing here: if it fails meanwhile, its stream fails the op)
             with self._lock:
                 self._check_fatal()

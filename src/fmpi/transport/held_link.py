@@ -32,7 +32,7 @@ import time
 from _thread import get_ident
 
 from .link import Link
-from .peers import Peer, PeerState
+from .peers import LINKED, Peer
 from .requests import RecvOp, SendOp, TransportError
 from .spinning import spin_poll
 
@@ -103,7 +103,7 @@ class HeldLinkMixin:
         """(lock held) This thread may read `link` on a fast path now."""
         return (
             self._reader is None and self._fatal is None and link in self._held
-            and peer.state is PeerState.LINKED and not link.retired and link.read_failure is None
+            and peer.state is LINKED and not link.retired and link.read_failure is None
         )
 
     def _read_held(self, link: Link, op: RecvOp, deadline: float | None) -> None:

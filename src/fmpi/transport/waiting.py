@@ -37,7 +37,7 @@ from . import hang
 from .frames import FrameError
 from .link import Link, PeerClosed
 from .matching import ANY_SOURCE
-from .peers import PeerState
+from .peers import LINKED
 from .progress import READ
 from .requests import Op, RecvOp, SendOp, TransportError
 from .spinning import SpinBudget, spin_poll
@@ -175,7 +175,7 @@ class WaitingMixin:
             taken = []
             for rank in ranks:
                 peer = self._peers.get(rank)
-                if peer is None or peer.state is not PeerState.LINKED or peer.link is None:
+                if peer is None or peer.state is not LINKED or peer.link is None:
                     continue
                 link = peer.link
                 if link not in self._held:
