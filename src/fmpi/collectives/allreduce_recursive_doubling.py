@@ -52,12 +52,13 @@ class Plan:
         tmp = np.empty(recv.shape, recv.dtype) if size > 1 else recv
         self._theirs = as_bytes(tmp)
         partial = send  # this rank's partial result so far (the send vector until a step writes recv)
-        steps: list[tuple[int, int, memoryview | None, np.ndarray | None, np.ndarray | None]] = []
+        # (action, peer, the message's parts made once, and the (lower, higher) operands of the combine)
+        steps: list[tuple[int, int, list[memoryview] | None, np.ndarray | None, np.ndarray | None]] = []
         if size > 1:
             pof2, rem, newrank = fold(rank, size)
             if rank < 2 * rem:
                 if rank % 2 == 0:
-                    steps.append((SEND, rank + 1, as_bytes(partial), None, None))
+                    steps.append((SEND, rank + 1, [as_bytes(partial)], None, None))
                 else:  # the even rank below hands in its vector
                     steps.append((RECV_COMBINE, rank - 1, None, tmp, partial))
                     partial = recv
@@ -67,12 +68,12 @@ class Plan:
                     peer = real_rank(newrank ^ mask, rem)
                     # lower ranks' partial first: both partners compute the same operation on the same operands
                     lower, higher = (tmp, partial) if peer < rank else (partial, tmp)
-                    steps.append((EXCHANGE, peer, as_bytes(partial), lower, higher))
+                    steps.append((EXCHANGE, peer, [as_bytes(partial)], lower, higher))
                     partial = recv
                     mask <<= 1
             if rank < 2 * rem:
                 if rank % 2:
-                    steps.append((SEND, rank - 1, as_bytes(partial), None, None))
+                    steps.append((SEND, rank - 1, [as_bytes(partial)], None, None))
                 else:
                     steps.append((RECV_RESULT, rank + 1, None, None, None))
                     partial = recv
@@ -86,10 +87,10 @@ class Plan:
             recv[...] = self._send  # (slice assignment: np.copyto is a Python-level dispatch too)
         for action, peer, out, lower, higher in self._steps:
             if action == EXCHANGE:
-                ch.sendrecv(peer, [out], peer, theirs)
+                ch.sendrecv(peer, out, peer, theirs)
                 combine(lower, higher, recv)
             elif action == SEND:
-                ch.send(peer, out)
+                ch.send(peer, *out)
             elif action == RECV_COMBINE:
                 ch.recv(peer, theirs)
                 combine(lower, higher, recv)

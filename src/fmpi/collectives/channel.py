@@ -64,10 +64,13 @@ class Channel:
         self._engine.wait(op)
         return op
 
-    def sendrecv(self, dest: int, parts: Sequence[memoryview], source: int, buf: memoryview | None = None) -> RecvOp:
-        """Send to `dest` and receive from `source` at once; returns the completed receive."""
+    def sendrecv(self, dest: int, parts: list[memoryview], source: int, buf: memoryview | None = None) -> RecvOp:
+        """Send `parts` (one message) to `dest` and receive from `source` at once; returns the completed receive.
+
+        The transport may keep the list `parts` until the send completes: do not change it meanwhile.
+        """
         group = self._group
-        return self._engine.sendrecv(group[dest], group[source], self._context, self.tag, list(parts), buf)
+        return self._engine.sendrecv(group[dest], group[source], self._context, self.tag, parts, buf)
 
     def wait(self, op: Op) -> None:
         self._engine.wait(op)
