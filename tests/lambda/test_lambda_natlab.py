@@ -18,6 +18,7 @@ test process, reached from the lab through a Unix-socket bridge.
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -77,6 +78,7 @@ def lab_fmpirun(nat_lab, moto, bundle_cache):
         forwarder.kill()
         forwarder.wait()
         bridge.close()
+        shutil.rmtree(sock_dir, ignore_errors=True)
 
 
 def test_ranks_behind_nat_rendezvous(lab_fmpirun, nat_lab):
