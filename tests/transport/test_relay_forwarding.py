@@ -14,7 +14,7 @@ import time
 import pytest
 
 from fmpi.relay.client import RelayConnection, observe, probe_mapping, register, wait_world
-from fmpi.relay.protocol import FORWARD_RANK, HEADER, MAX_CLIENT_FRAME, VERSION, Kind, encode, forward_header
+from fmpi.relay.protocol import FORWARD_RANK, HEADER, MAX_CLIENT_FRAME, VERSION, Kind, forward_header
 from fmpi.relay.server import RelayThread
 
 TOKEN = "t" * 24

@@ -51,7 +51,7 @@ import threading
 from collections import deque
 from typing import Protocol
 
-from .frames import DATA, HEADER, Flag, FrameError, Kind, pack_header
+from .frames import HEADER, Flag, FrameError, Kind, pack_header
 from .requests import SendOp, TransportError
 from .shm_lane import LANE_MIN
 
