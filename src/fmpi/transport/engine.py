@@ -200,10 +200,7 @@ class Engine(CarrierMixin, ReceivingMixin, WaitingMixin, HeldLinkMixin):
     def wait(self, op: Op, timeout: float | None = None) -> None:
         """Block until `op` completes; raises its error."""
         if not op.done:
-            if timeout is None and op.__class__ is RecvOp and self.options.op_timeout is None:
-                self._wait_held(op, None)  # (``_try_held`` without its deadline arithmetic: once per message)
-            else:
-                timeout = self._try_held(op, timeout)
+            timeout = self._try_held(op, timeout)
             if not op.done:
                 self._block(lambda: op.done, (op,), timeout, "wait")
         if op.error is not None:

@@ -21,7 +21,7 @@ from _thread import get_ident
 from . import hang
 from .assembler import FrameAssembler
 from .frames import Flag, Header, Kind
-from .requests import Arrived, RecvOp, SendOp, TransportError
+from .requests import Arrived, RecvOp, TransportError
 from .stream import Stream
 
 # Frames at least this large that their sender waits on are acknowledged the
@@ -66,9 +66,7 @@ class ReceivingMixin:
         rank = source.peer
         stream = self._peers[rank].stream
         if ack > stream._acked_in:
-            done, drained = stream.acknowledged(ack)  # (``_acknowledged`` inline: once per message)
-            if done or drained and self._draining:
-                self._complete_acked(done)
+            self._acknowledged(stream, ack)
         n = len(payload)
         if not stream.accept(seq, n, flags):
             return  # a duplicate
@@ -137,14 +135,10 @@ class ReceivingMixin:
     def _acknowledged(self, stream: Stream, upto: int) -> None:
         done, drained = stream.acknowledged(upto)
         if done or (drained and self._draining):
-            self._complete_acked(done)
-
-    def _complete_acked(self, done: list[SendOp]) -> None:
-        """Sends completed by an acknowledgement, or (`done` empty) the last one acknowledged while finalizing."""
-        with self._lock:
-            for op in done:
-                self._complete_locked(op)
-            self._notify_locked()  # finalize waits for everything to be acknowledged
+            with self._lock:
+                for op in done:
+                    self._complete_locked(op)
+                self._notify_locked()  # finalize waits for everything to be acknowledged
 
     def _deliver(self, rank: int, header: Header) -> None:
         sync_seq = header.seq if header.flags & _SYNC else None
