@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pytest
 
+from fmpi.transport import waiting
 from fmpi.transport.engine import Engine
 from fmpi.transport.frames import Kind, pack_header
 from fmpi.transport.handshake import HELLO, MAGIC, VERSION, Verdict, connect_side
@@ -435,3 +436,56 @@ def test_an_exchange_with_a_peer_that_dies_fails_instead_of_hanging(world):
     t.join(10)
     assert not t.is_alive(), "the exchange hung after its peer died"
     assert isinstance(out.get("error"), TransportError) and "closed its connection unexpectedly" in str(out["error"])
+
+
+@pytest.mark.parametrize("op_timeout", [None, 30.0], ids=["held-link path", "general wait"])
+def test_waiting_for_an_acknowledgement_reads_no_further_than_it(world, monkeypatch, op_timeout):
+    """A large send completes on the peer's ACK. Waiting for it, the sender reads that ACK and stops:
+    the peer's next large message, right behind it on the link, stays in the kernel until a receive
+    is posted for it, and then lands straight in that receive's buffer instead of in a fresh buffer
+    of the unexpected queue (page faults, and a second copy). (Over TCP: a send through a
+    shared-memory lane completes as it is written.) The progress thread, which reads a link nobody
+    waits on, always reads what comes: the links stay held throughout here."""
+    monkeypatch.setattr(waiting, "HOLD_IDLE", 60.0)
+    # (with FMPI_TIMEOUT set every wait takes the general path, which keeps hang-diagnosis records)
+    a, b = _held_pair(world, options=TransportOptions(lane_capacity=0, op_timeout=op_timeout))
+    big, nxt = bytes(range(256)) * 2048, bytes(reversed(range(256))) * 2048  # 512 KiB: above the copy limit
+    for round_ in range(3):
+        send = b.isend(0, 0, 20 + round_, _b(big))  # (written at once, complete only on a's ACK)
+        buf = bytearray(len(big))
+        a.wait(a.irecv(1, 0, 20 + round_, memoryview(buf)), timeout=10)  # a acknowledges it on arrival ...
+        a.isend(1, 0, 30 + round_, _b(nxt))  # ... and its next message follows the ACK
+        time.sleep(0.1)  # (both are in b's socket by now)
+        b.wait(send, timeout=None if op_timeout else 10)  # (an explicit timeout would take the held-link path)
+        assert bytes(buf) == big
+        assert b._matcher.pending_counts() == (0, 0), "b read past the ACK into the next message"
+        got = bytearray(len(nxt))
+        b.wait(b.irecv(0, 0, 30 + round_, memoryview(got)), timeout=10)
+        assert bytes(got) == nxt
+
+
+def test_an_exchange_of_large_messages_leaves_the_next_one_unread(world, monkeypatch):
+    """The collective pattern: exchange large halves, then the peer at once sends the next large
+    message. The exchange's wait for its own send's ACK must not pull that message in."""
+    monkeypatch.setattr(waiting, "HOLD_IDLE", 60.0)  # (as above: only the waiting thread reads)
+    a, b = _held_pair(world, options=TransportOptions(lane_capacity=0))
+    half = bytes(range(256)) * 2048
+
+    def peer_side() -> None:
+        for i in range(20):
+            a.sendrecv(1, 1, 0, 40 + i, _b(half), memoryview(bytearray(len(half))))
+            a.isend(1, 0, 60 + i, _b(half))
+
+    t, out = _in_thread(peer_side)
+    unexpected = 0
+    for i in range(20):
+        buf = bytearray(len(half))
+        b.sendrecv(0, 0, 0, 40 + i, _b(half), memoryview(buf))
+        assert bytes(buf) == half
+        unexpected += b._matcher.pending_counts()[1]
+        nxt = bytearray(len(half))
+        b.wait(b.irecv(0, 0, 60 + i, memoryview(nxt)), timeout=10)
+        assert bytes(nxt) == half
+    t.join(30)
+    assert not t.is_alive() and "error" not in out, out.get("error")
+    assert unexpected == 0

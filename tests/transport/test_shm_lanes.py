@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import threading
+import time
 import uuid
 
 import numpy as np
@@ -54,6 +55,33 @@ def test_the_ring_wraps_without_splitting_a_payload_and_refuses_what_does_not_fi
     assert bytes(r.take(400)) == three  # the reader skips the same 200-byte gap
     r.release()
     assert w.place([memoryview(_bytes(4, 1001))], 1001) is None  # larger than the ring: inline
+
+
+def test_a_held_payload_stays_intact_until_dropped_and_frees_the_ring_in_order(path):
+    """A payload nobody has asked for yet stays in the ring (``hold``): the writer never reuses its
+    bytes, whatever else is released after it, until it is dropped; drops may come in any order."""
+    w, r = LaneWriter(path, 1000), LaneReader(path, 1000)
+    a, b, c, d = _bytes(1, 300), _bytes(2, 300), _bytes(3, 300), _bytes(4, 300)
+    for m in (a, b):
+        assert w.place([memoryview(m)], 300) is not None
+    held_a = r.take(300)
+    token_a = r.hold()
+    assert r.kept
+    r.release()
+    assert bytes(r.take(300)) == b and not r.kept
+    r.release()  # b is done, but a still holds the ring from offset 0
+    assert w.place([memoryview(c)], 300) is not None  # 600..899: free
+    assert w.place([memoryview(d)], 300) is None  # would wrap onto a
+    held_c = r.take(300)
+    token_c = r.hold()
+    r.release()
+    r.drop(token_c)  # out of order: a is still held, nothing is freed
+    assert w.place([memoryview(d)], 300) is None
+    assert bytes(held_a) == a and bytes(held_c) == c
+    r.drop(token_a)
+    assert w.place([memoryview(d)], 300) is not None  # wraps to offset 0
+    assert bytes(r.take(300)) == d
+    r.release()
 
 
 def test_the_reader_unlinks_the_file_and_the_writer_cleans_up_an_unread_one(path):
@@ -167,6 +195,52 @@ def test_large_payloads_take_the_lane_in_order_falling_back_inline_when_it_is_fu
     else:
         assert stats["shared_memory"] is False
         assert a.traffic()["sent"] >= payload
+
+
+def test_a_payload_that_arrives_before_its_receive_waits_in_the_lane_and_arrives_intact(pair):
+    """An unexpected lane payload is not copied out at once: it waits in the ring for its receive.
+    Later traffic must not overwrite it (it goes inline while the ring is full behind it), a receive
+    without a buffer gets a private copy, and once received the ring carries payloads again."""
+    a, b = pair(lane_capacity=256 * 1024)
+    a.wait(a.isend(1, 0, 1, [memoryview(b"up")]), timeout=10)
+    b.wait(b.irecv(0, 0, 1, None), timeout=10)
+    early = _bytes(5, 100_000)
+    a.wait(a.isend(1, 0, 5, [memoryview(early)]), timeout=10)
+    probe = None
+    deadline = time.monotonic() + 10
+    while probe is None and time.monotonic() < deadline:  # (until b has read it: then it is in the lane, held)
+        probe = b.iprobe(0, 0, 5)
+        time.sleep(0.001)
+    assert probe == (0, 5, 100_000)
+    later = [_bytes(10 + i, 100_000) for i in range(6)]  # 600 KB through a 256 KiB ring
+    sent = a.traffic()["sent"]
+    for i, m in enumerate(later):
+        out = bytearray(100_000)
+        recv = b.irecv(0, 0, 6, memoryview(out))
+        a.wait(a.isend(1, 0, 6, [memoryview(m)]), timeout=10)
+        b.wait(recv, timeout=10)
+        assert bytes(out) == m, f"later message {i}"
+    assert a.traffic()["sent"] - sent >= 100_000  # (some had to go inline: the held one blocked the ring)
+    loose = _bytes(6, 50_000)
+    a.wait(a.isend(1, 0, 7, [memoryview(loose)]), timeout=10)
+    while b.iprobe(0, 0, 7) is None:
+        time.sleep(0.001)
+    got = b.irecv(0, 0, 7, None)  # (no buffer: the engine's own copy, not a view of the ring)
+    b.wait(got, timeout=10)
+    assert isinstance(got.payload, bytearray) and bytes(got.payload) == loose
+    out = bytearray(100_000)
+    b.wait(b.irecv(0, 0, 5, memoryview(out)), timeout=10)
+    assert bytes(out) == early
+    for i, m in enumerate(later):  # the ring wraps over where both waited
+        recv = b.irecv(0, 0, 8, None)
+        a.wait(a.isend(1, 0, 8, [memoryview(m)]), timeout=10)
+        b.wait(recv, timeout=10)
+        assert bytes(recv.payload) == m
+    assert bytes(got.payload) == loose  # the private copy is untouched by the ring's reuse
+    sent = a.traffic()["sent"]
+    a.wait(a.isend(1, 0, 9, [memoryview(early)]), timeout=10)
+    b.wait(b.irecv(0, 0, 9, None), timeout=10)
+    assert a.traffic()["sent"] - sent < 1000  # freed: the payload took the lane, only its header the link
 
 
 def test_no_lane_file_is_left_behind(pair):

@@ -111,7 +111,8 @@ class FrameAssembler:
         try:
             self._sink.frame_whole(self, header.flags, header.tag, header.context, header.seq, header.ack, payload)
         finally:
-            payload.release()
+            if not lane.kept:  # (a held payload waits in the ring for its receive: ``LaneReader.hold``)
+                payload.release()
         # Free the bytes only once the stream has recorded the frame (the writer's
         # stream keeps them as its copy for resending: see stream.py). A retired
         # link's frames were not recorded: its lane is abandoned as it is.

@@ -142,7 +142,7 @@ class Engine(CarrierMixin, ReceivingMixin, WaitingMixin, HeldLinkMixin):
                     self._matcher.unpost(op)
                     raise peer.error
                 return op
-            self._fill(op, msg.source, msg.tag, msg.payload)
+            self._take_arrived(op, msg)
         self._matched_sync(msg.source, msg.sync)
         return op
 
@@ -227,12 +227,20 @@ class Engine(CarrierMixin, ReceivingMixin, WaitingMixin, HeldLinkMixin):
                 raise op.error
 
     def _try_held(self, op: Op, timeout: float | None) -> float | None:
-        """Wait for a receive on its peer's held link (held_link.py) as far as that fast path goes;
-        returns what is left of `timeout` for the general wait that takes over where it stops."""
-        if op.__class__ is not RecvOp or (timeout is None and self.options.op_timeout is not None):
+        """Wait for a receive, or a send's acknowledgement, on its peer's held link (held_link.py) as far
+        as that fast path goes; returns what is left of `timeout` for the general wait that takes over
+        where it stops."""
+        cls = op.__class__
+        if cls is RecvOp:
+            rank = op.source  # type: ignore[attr-defined]
+        elif cls is SendOp:
+            rank = op.dest  # type: ignore[attr-defined]
+        else:
+            return timeout
+        if timeout is None and self.options.op_timeout is not None:
             return timeout
         deadline = None if timeout is None else time.monotonic() + timeout
-        self._wait_held(op, deadline)  # type: ignore[arg-type]
+        self._wait_held(op, rank, deadline)  # type: ignore[arg-type]
         return None if deadline is None else max(0.0, deadline - time.monotonic())
 
     def cancel(self, op: Op) -> bool:

@@ -9,10 +9,13 @@ and a bell, re-check under the lock after every read) is mostly bookkeeping
 that can be skipped, and on a small message that bookkeeping is most of the
 receive's CPU time. Two fast paths skip it:
 
-* ``_wait_held``: a blocking receive;
+* ``_wait_held``: a blocking receive, or a blocking send that completes on
+  the peer's acknowledgement (a large one), which arrives on the same link;
 * ``_exchange_held``: a blocking exchange (send to the peer, receive from
   it), the step of most collective algorithms: posting the receive and
-  claiming the link take one hold of the engine lock instead of two.
+  claiming the link take one hold of the engine lock instead of two, and
+  the same read loop waits for the reply and, for a large send, for its
+  acknowledgement.
 
 Both claim the reader role under the engine lock only if the link is still
 held and healthy, then poll that link and the bell (spinning first, as
@@ -40,12 +43,13 @@ from .spinning import spin_poll
 class HeldLinkMixin:
     """(It uses the waiting half's reader state: ``_reader``, ``_reading``, ``_held``, the bell.)"""
 
-    def _wait_held(self, op: RecvOp, deadline: float | None) -> None:
-        """Wait for `op` on its peer's held link, as far as the fast path goes (the caller checks ``op.done``).
+    def _wait_held(self, op: RecvOp | SendOp, rank: int, deadline: float | None) -> None:
+        """Wait for `op` on the held link to `rank` (its source or its destination), as far as the fast
+        path goes (the caller checks ``op.done``).
 
         Raises ERR_TIMEOUT once `deadline` (``time.monotonic``) passes.
         """
-        peer = self._peers.get(op.source)
+        peer = self._peers.get(rank)
         link = peer.link if peer is not None else None
         if link is None:
             return
@@ -78,7 +82,7 @@ class HeldLinkMixin:
                 self._reading = (link,)
                 self._reader_woken = False
             else:  # the peer's message came first (the last read took it with the one before)
-                self._fill(recv, msg.source, msg.tag, msg.payload)
+                self._take_arrived(recv, msg)
         send = SendOp(peer.rank, len(parts[0]) if len(parts) == 1 else sum(map(len, parts)), False)
         if msg is not None:
             self._matched_sync(msg.source, msg.sync)
@@ -86,7 +90,7 @@ class HeldLinkMixin:
         else:
             try:
                 self._push_message(peer, send, tag, context, parts)
-                self._read_held(link, recv, None)
+                self._read_held(link, recv, None, send)
             finally:
                 self._give_back((link,))
         if not recv.done:
@@ -106,12 +110,18 @@ class HeldLinkMixin:
             and peer.state is LINKED and not link.retired and link.read_failure is None
         )
 
-    def _read_held(self, link: Link, op: RecvOp, deadline: float | None) -> None:
-        """Read `link` (its reader role claimed) until `op` completes or something unusual happens."""
+    def _read_held(self, link: Link, op: RecvOp | SendOp, deadline: float | None, send: SendOp | None = None) -> None:
+        """Read `link` (its reader role claimed) until `op` (and `send`, when given) completes or something
+        unusual happens."""
         bell = self._reader_bell
         poller, _ = link.wait_poller(bell)
         ms = None
-        while not op.done:
+        while True:
+            if op.done and (send is None or send.done):
+                return
+            # Waiting for a send alone (``_wait_held`` of a send, or an exchange whose reply is in) is
+            # waiting for its acknowledgement: read no further than that (``Link.on_readable``).
+            ack_only = op.done or op.__class__ is SendOp
             if deadline is not None:
                 ms = int((deadline - time.monotonic()) * 1000 + 1)
                 if ms <= 0:
@@ -119,6 +129,6 @@ class HeldLinkMixin:
             for fd, _event in spin_poll(poller, ms, self._spin):
                 if fd == bell:
                     return  # (the general wait drains the bell and looks at what changed)
-                self.read_link_here(link)
+                self.read_link_here(link, ack_only)
                 if link.retired or link.read_failure is not None:
                     return  # (the progress thread took the link over)

@@ -33,6 +33,7 @@ import select
 import socket
 
 from .assembler import FrameAssembler, FrameSink
+from .frames import HEADER_SIZE
 from .queued_writer import QueuedWriter
 from .shm_lane import LaneReader, LaneWriter
 
@@ -115,8 +116,16 @@ class Link(QueuedWriter):
         return self.sock.fileno()
 
     # ------------------------------------------------------------------ read
-    def on_readable(self) -> None:
-        """Read what the kernel has; raises PeerClosed on EOF, OSError/FrameError on failure."""
+    def on_readable(self, ack_only: bool = False) -> None:
+        """Read what the kernel has; raises PeerClosed on EOF, OSError/FrameError on failure.
+
+        `ack_only`: the caller waits for nothing but an acknowledgement (a
+        bare header), so between frames read one header's worth and stop.
+        A full stage would also take the start of whatever follows, often
+        the peer's next large message, before any receive is posted for it:
+        it would go to a fresh buffer (page faults, and one more copy later)
+        instead of straight into the receive's buffer once it is posted.
+        """
         sock, asm = self.sock, self.asm
         while True:
             # (in the middle of a payload: a large rest goes straight to its destination)
@@ -136,8 +145,9 @@ class Link(QueuedWriter):
                 if n < want:
                     return
                 continue
+            want = HEADER_SIZE if ack_only and not asm.in_frame() else STAGE_SIZE
             try:
-                n = sock.recv_into(self._view, STAGE_SIZE)
+                n = sock.recv_into(self._view, want)
             except (BlockingIOError, InterruptedError):
                 return
             if n == 0:

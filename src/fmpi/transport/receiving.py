@@ -29,6 +29,7 @@ from .stream import Stream
 EARLY_ACK = 256 * 1024
 _SYNC = int(Flag.SYNC)
 _ACK_NOW = int(Flag.ACK_NOW)
+_LANE = int(Flag.LANE)
 
 
 class ReceivingMixin:
@@ -77,7 +78,14 @@ class ReceivingMixin:
         with self._lock:
             recv = self._matcher.take_posted(context, rank, tag)
             if recv is None:
-                self._matcher.add_unexpected(Arrived(context, rank, tag, bytearray(payload), seq if flags & _SYNC else None))
+                sync = seq if flags & _SYNC else None
+                if flags & _LANE:  # it waits in the lane for its receive: no copy now (``LaneReader.hold``)
+                    msg = Arrived(context, rank, tag, payload, sync)
+                    msg.lane = source.lane
+                    msg.lane_token = source.lane.hold()  # type: ignore[union-attr]
+                else:
+                    msg = Arrived(context, rank, tag, bytearray(payload), sync)
+                self._matcher.add_unexpected(msg)
                 self._notify_locked()  # a probe may be waiting
                 return
             buffer = recv.buffer
@@ -157,6 +165,19 @@ class ReceivingMixin:
                 return
             self._fill(recv, rank, header.tag, dest)
         self._matched_sync(rank, sync_seq)
+
+    def _take_arrived(self, recv: RecvOp, msg: Arrived) -> None:
+        """Complete `recv` from a message of the unexpected queue (lock held)."""
+        lane = msg.lane
+        if lane is None:
+            self._fill(recv, msg.source, msg.tag, msg.payload)
+            return
+        # Still in a shared-memory lane: copy it out once, then free its bytes in the ring.
+        payload = msg.payload
+        self._fill(recv, msg.source, msg.tag, payload if recv.buffer is not None else bytearray(payload))
+        msg.lane = None
+        lane.drop(msg.lane_token)
+        payload.release()  # type: ignore[union-attr]
 
     def _fill(self, recv: RecvOp, source: int, tag: int, payload: bytearray | memoryview) -> None:
         """Complete `recv` from a whole payload (lock held)."""

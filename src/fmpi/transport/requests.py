@@ -93,9 +93,11 @@ class RecvOp(Op):
 class Arrived:
     """A message that arrived before anyone asked for it (the unexpected queue)."""
 
-    __slots__ = ("context", "source", "tag", "payload", "sync")
+    __slots__ = ("context", "source", "tag", "payload", "sync", "lane", "lane_token")
 
-    def __init__(self, context: int, source: int, tag: int, payload: bytearray, sync: "int | SendOp | None") -> None:
+    def __init__(
+        self, context: int, source: int, tag: int, payload: bytearray | memoryview, sync: "int | SendOp | None"
+    ) -> None:
         self.context = context
         self.source = source
         self.tag = tag
@@ -103,3 +105,6 @@ class Arrived:
         # The sender waits until this is matched: the seq to ACK to a remote
         # sender, or the SendOp itself for a synchronous send to self.
         self.sync = sync
+        # The payload is still in this shared-memory lane (a LaneReader; see LaneReader.hold), or None.
+        self.lane: Any = None
+        self.lane_token = 0

@@ -48,6 +48,7 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
+import threading
 from pathlib import Path
 
 SHM_DIR = "/dev/shm"
@@ -163,13 +164,28 @@ class LaneError(OSError):
 
 
 class LaneReader(_Lane):
-    """The receiving end: payload views in arrival order (the caller holds the pair's ``rx_lock``)."""
+    """The receiving end: payload views in arrival order (the caller holds the pair's ``rx_lock``).
 
-    __slots__ = ("_cursor",)
+    A payload that arrives before its receive is posted may stay in the ring
+    (``hold``) until a receive takes it (``drop``): copying it out into a
+    fresh buffer, and later from there into the receive's buffer, costs a
+    copy and a page fault per 4 KiB more than one copy from the ring. The
+    writer may then reuse bytes only up to the oldest payload still held
+    (until then large frames go inline once the ring is full: nothing
+    waits). ``drop`` runs on whichever thread posts the receive, hence the
+    lock around the shared count.
+    """
+
+    __slots__ = ("_cursor", "_start", "_released", "_held", "_lock", "kept")
 
     def __init__(self, path: str, capacity: int = DEFAULT_CAPACITY) -> None:
         super().__init__(path, capacity)
-        self._cursor = 0
+        self._cursor = 0  # where the next payload is (bytes since the start, gaps included)
+        self._start = 0  # where the payload last taken began
+        self._released = 0  # every payload before this is done with, or held
+        self._held: dict[int, None] = {}  # starts of held payloads, oldest first
+        self._lock = threading.Lock()
+        self.kept = False  # the payload last taken is held (its view stays valid)
 
     def take(self, nbytes: int) -> memoryview:
         """The next payload, `nbytes` long; valid until ``release``."""
@@ -182,12 +198,33 @@ class LaneReader(_Lane):
         if pos + nbytes > cap:
             self._cursor += cap - pos
             pos = 0
+        self._start = self._cursor
         self._cursor += nbytes
+        self.kept = False
         return self._data[pos : pos + nbytes]
 
+    def hold(self) -> int:
+        """Keep the payload last taken in the ring after ``release``; returns the token for ``drop``."""
+        with self._lock:
+            self._held[self._start] = None
+        self.kept = True
+        return self._start
+
     def release(self) -> None:
-        """Done with the payload from ``take``: the writer may reuse its bytes."""
-        self._consumed[0] = self._cursor
+        """Done with the payload from ``take`` (or holding it): the writer may reuse the bytes before it."""
+        with self._lock:
+            self._released = self._cursor
+            self._publish()
+
+    def drop(self, token: int) -> None:
+        """A held payload was copied out: its bytes (and those after it, up to the next held one) are free."""
+        with self._lock:
+            del self._held[token]
+            self._publish()
+
+    def _publish(self) -> None:
+        # (lock held) The writer may reuse everything before the oldest held payload.
+        self._consumed[0] = next(iter(self._held)) if self._held else self._released
 
     def _open(self) -> None:
         try:

@@ -105,7 +105,7 @@ class WaitingMixin:
                         self._sleep(deadline, what)
                 return
             try:
-                self._read_until(ready, links, deadline, what)
+                self._read_until(ready, ops, links, deadline, what)
             finally:
                 self._give_back(links)
         except TransportError as exc:
@@ -225,7 +225,9 @@ class WaitingMixin:
             else:
                 self._hold_timer = False
 
-    def _read_until(self, ready: Callable[[], bool], links: tuple[Link, ...], deadline: float | None, what: str) -> None:
+    def _read_until(
+        self, ready: Callable[[], bool], ops: Sequence[Op], links: tuple[Link, ...], deadline: float | None, what: str
+    ) -> None:
         bell = self._reader_bell
         if len(links) == 1:
             poller, watched = links[0].wait_poller(bell)
@@ -258,10 +260,12 @@ class WaitingMixin:
                 if remaining <= 0:
                     raise TransportError(f"{what} timed out", "ERR_TIMEOUT")
                 ms = max(1, int(remaining * 1000 + 1))
+            # Only sends left to wait for: only their acknowledgements are awaited (``Link.on_readable``).
+            ack_only = all(op.done or op.__class__ is SendOp for op in ops)
             for fd, _event in spin_poll(poller, ms, self._spin):
                 link = watched.get(fd)
                 if link is not None:
-                    self.read_link_here(link)
+                    self.read_link_here(link, ack_only)
                 elif fd == bell:
                     try:
                         os.eventfd_read(bell)
@@ -270,13 +274,15 @@ class WaitingMixin:
                 else:
                     _forget(poller, fd)  # a link we no longer read (closed under us)
 
-    def read_link_here(self, link: Link) -> None:
-        """Read what `link` has on the calling (waiting) thread; failures go to the progress thread."""
+    def read_link_here(self, link: Link, ack_only: bool = False) -> None:
+        """Read what `link` has on the calling (waiting) thread; failures go to the progress thread.
+
+        `ack_only`: the caller waits only for an acknowledgement (``Link.on_readable``)."""
         with self._peers[link.peer].stream.rx_lock:
             if link.retired or link.read_failure is not None:
                 return
             try:
-                link.on_readable()
+                link.on_readable(ack_only)
             except (PeerClosed, OSError, FrameError) as exc:
                 link.read_failure = exc
         if link.read_failure is not None:
