@@ -1,7 +1,8 @@
-"""The Python work of one small Allreduce, counted in bytecodes: a cost that timing on a shared machine cannot show.
+"""The Python work of one small collective call (Allreduce by default), counted in bytecodes: a cost that timing on a shared machine cannot show.
 
     .venv/bin/python benchmarks/collectives/small_call_cost.py                   # N = 2, one float32
     .venv/bin/python benchmarks/collectives/small_call_cost.py --n 4 --top 30
+    .venv/bin/python benchmarks/collectives/small_call_cost.py --n 4 --coll allgather   # bcast, alltoall, barrier too
     .venv/bin/python benchmarks/collectives/small_call_cost.py --max-opcodes 2300  # exit 1 above that
 
 A small allreduce is all Python work: sending, receiving and matching one
@@ -17,7 +18,9 @@ The worker (this file with ``--worker``) runs under fmpirun with
 ``FMPI_SPIN_US=0`` (a wait sleeps at once instead of polling, so waiting
 adds no bytecodes), makes ``--warm`` calls, then counts every bytecode the
 main thread runs during ``--iters`` calls of ``comm.Allreduce`` on
-``--count`` float32 elements (``sys.settrace`` with opcode events). Rank 0's
+``--count`` float32 elements (``sys.settrace`` with opcode events), or of
+the collective ``--coll`` names on as many float32 per rank (per block for
+allgather and alltoall). Rank 0's
 counts are printed per call: the total, the share of each layer (api,
 collectives, transport), and the functions that cost most. The progress
 thread is not counted: on this path it sleeps.
@@ -36,6 +39,7 @@ from pathlib import Path
 
 BIN = Path(sys.executable).parent
 LAYERS = ("api", "collectives", "transport")
+COLLS = ("allreduce", "allgather", "alltoall", "bcast", "barrier")
 
 
 def where(filename: str) -> str:
@@ -57,6 +61,16 @@ def worker(args: argparse.Namespace) -> None:
     comm = MPI.COMM_WORLD
     send = np.ones(args.count, np.float32)
     recv = np.empty_like(send)
+    call = {
+        "allreduce": lambda: comm.Allreduce(send, recv, MPI.SUM),
+        "allgather": lambda: comm.Allgather(send, gathered),
+        "alltoall": lambda: comm.Alltoall(spread, exchanged),
+        "bcast": lambda: comm.Bcast(send, root=0),
+        "barrier": comm.Barrier,
+    }[args.coll]
+    gathered = np.empty(args.count * comm.size, np.float32)
+    spread = np.ones(args.count * comm.size, np.float32)
+    exchanged = np.empty_like(spread)
     counts: collections.Counter[tuple[str, str]] = collections.Counter()
 
     def trace(frame, event, _arg):
@@ -67,13 +81,13 @@ def worker(args: argparse.Namespace) -> None:
         return trace
 
     for _ in range(args.warm):
-        comm.Allreduce(send, recv, MPI.SUM)
+        call()
     comm.Barrier()
     sys.settrace(trace)
     for _ in range(args.iters):
-        comm.Allreduce(send, recv, MPI.SUM)
+        call()
     sys.settrace(None)
-    if recv[0] != comm.size:
+    if args.coll == "allreduce" and recv[0] != comm.size:
         raise SystemExit(f"wrong result {recv[0]} (expected {comm.size})")
     if comm.rank == 0:
         per_call = {f"{where(f)}:{name}": n / args.iters for (f, name), n in counts.items()}
@@ -87,7 +101,7 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
         out = Path(tmp) / "counts.json"
         cmd = [
             str(BIN / "python"), "-m", "fmpi", "-n", str(args.n), str(BIN / "python"), str(Path(__file__).resolve()),
-            "--worker", "--out", str(out), "--iters", str(args.iters), "--warm", str(args.warm), "--count", str(args.count),
+            "--worker", "--out", str(out), "--iters", str(args.iters), "--warm", str(args.warm), "--count", str(args.count), "--coll", args.coll,
         ]
         env = dict(os.environ, FMPI_SPIN_US="0")
         run = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
@@ -101,7 +115,7 @@ def report(per_call: dict[str, float], total: float, args: argparse.Namespace) -
     for key, n in per_call.items():
         by_layer[layer(key.rsplit(":", 1)[0])] += n
     lines = [
-        f"Allreduce of {args.count} float32, N = {args.n}, rank 0: {total:,.0f} bytecodes per call",
+        f"{args.coll.capitalize()} of {args.count} float32, N = {args.n}, rank 0: {total:,.0f} bytecodes per call",
         "",
         "| layer | bytecodes per call | share |",
         "|---|---:|---:|",
@@ -116,6 +130,7 @@ def report(per_call: dict[str, float], total: float, args: argparse.Namespace) -
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=2, help="ranks (default 2)")
+    p.add_argument("--coll", choices=COLLS, default="allreduce", help="the collective (default allreduce)")
     p.add_argument("--count", type=int, default=1, help="float32 elements per rank (default 1)")
     p.add_argument("--iters", type=int, default=300, help="counted calls (default 300)")
     p.add_argument("--warm", type=int, default=50, help="calls before counting (default 50)")

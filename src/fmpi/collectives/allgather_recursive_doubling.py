@@ -12,7 +12,7 @@ buffer is contiguous (always, for Allgather); otherwise via a scratch copy.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from .blobs import Blob, pack, unpack
 from .channel import Channel
@@ -22,6 +22,9 @@ from .ranks import fold, real_rank, real_span
 
 def _region(layout: Layout, indices: Sequence[int]) -> tuple[int, int] | None:
     """(start, stop) of the blocks' bytes when they follow each other in the buffer, else None."""
+    block = layout.block
+    if block is not None and indices.__class__ is range and indices.step == 1:  # (Allgather: every call, every round)
+        return indices.start * block, indices.stop * block  # type: ignore[attr-defined]
     filled = [i for i in indices if layout.lengths[i]]
     if not filled:
         return 0, 0
@@ -38,11 +41,12 @@ def _parts(buf: memoryview, layout: Layout, indices: Sequence[int]) -> list[memo
     return [layout.view(buf, i) for i in indices if layout.lengths[i]]
 
 
-def _post_recv(ch: Channel, src: int, buf: memoryview, layout: Layout, indices: Sequence[int]):
-    """Post a receive of the blocks `indices` from `src`; returns (op, finish) — call finish() after the wait."""
+def _target(buf: memoryview, layout: Layout, indices: Sequence[int]) -> tuple[memoryview, Callable[[], None] | None]:
+    """Where to receive the blocks `indices`: (their region of `buf`, None) when it is contiguous,
+    else (a scratch buffer, the function that copies it into place after the receive)."""
     region = _region(layout, indices)
     if region is not None:
-        return ch.irecv(src, buf[region[0] : region[1]]), lambda: None
+        return buf[region[0] : region[1]], None
     scratch = memoryview(bytearray(sum(layout.lengths[i] for i in indices)))
 
     def finish() -> None:
@@ -52,14 +56,21 @@ def _post_recv(ch: Channel, src: int, buf: memoryview, layout: Layout, indices: 
             layout.view(buf, i)[:] = scratch[pos : pos + n]
             pos += n
 
-    return ch.irecv(src, scratch), finish
+    return scratch, finish
+
+
+def _receive(ch: Channel, src: int, buf: memoryview, layout: Layout, indices: Sequence[int]) -> None:
+    target, finish = _target(buf, layout, indices)
+    ch.recv(src, target)
+    if finish is not None:
+        finish()
 
 
 def _exchange(ch: Channel, peer: int, buf: memoryview, layout: Layout, give: Sequence[int], take: Sequence[int]) -> None:
-    op, finish = _post_recv(ch, peer, buf, layout, take)
-    send = ch.isend(peer, *_parts(buf, layout, give))
-    ch.waitall([op, send])
-    finish()
+    target, finish = _target(buf, layout, take)
+    ch.sendrecv(peer, _parts(buf, layout, give), peer, target)  # (the transport's exchange step)
+    if finish is not None:
+        finish()
 
 
 def allgather(ch: Channel, opts: AllgatherOptions) -> None:
@@ -72,25 +83,26 @@ def allgather(ch: Channel, opts: AllgatherOptions) -> None:
         if rank % 2 == 0:
             ch.send(rank + 1, *_parts(buf, layout, [rank]))
         else:
-            op, finish = _post_recv(ch, rank - 1, buf, layout, [rank - 1])
-            ch.wait(op)
-            finish()
+            _receive(ch, rank - 1, buf, layout, [rank - 1])
     if newrank >= 0:
         mask = 1
         while mask < pof2:
             partner = newrank ^ mask
-            mine = range(*real_span(newrank & ~(mask - 1), (newrank & ~(mask - 1)) + mask, rem))
-            theirs = range(*real_span(partner & ~(mask - 1), (partner & ~(mask - 1)) + mask, rem))
-            _exchange(ch, real_rank(partner, rem), buf, layout, mine, theirs)
+            lo, their_lo = newrank & ~(mask - 1), partner & ~(mask - 1)
+            if rem:
+                mine = range(*real_span(lo, lo + mask, rem))
+                theirs = range(*real_span(their_lo, their_lo + mask, rem))
+                partner = real_rank(partner, rem)
+            else:  # (a power of two: new ranks are the ranks)
+                mine, theirs = range(lo, lo + mask), range(their_lo, their_lo + mask)
+            _exchange(ch, partner, buf, layout, mine, theirs)
             mask <<= 1
     if rank < 2 * rem:
         others = [i for i in range(size) if i != (rank - 1 if rank % 2 else rank)]
         if rank % 2:
             ch.send(rank - 1, *_parts(buf, layout, others))
         else:
-            op, finish = _post_recv(ch, rank + 1, buf, layout, others)
-            ch.wait(op)
-            finish()
+            _receive(ch, rank + 1, buf, layout, others)
 
 
 def allgather_objects(ch: Channel, blob: Blob) -> list[memoryview]:

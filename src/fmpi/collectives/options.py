@@ -28,10 +28,12 @@ class Layout:
 
     offsets: Sequence[int]
     lengths: Sequence[int]
+    # Every block is `block` bytes, block i at i * block (``even``): regions are then arithmetic.
+    block: int | None = None
 
     @classmethod
     def even(cls, size: int, block: int) -> Layout:
-        return cls([i * block for i in range(size)], [block] * size)
+        return cls([i * block for i in range(size)], [block] * size, block)
 
     @classmethod
     def packed(cls, lengths: Sequence[int]) -> Layout:
