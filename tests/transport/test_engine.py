@@ -489,3 +489,21 @@ def test_an_exchange_of_large_messages_leaves_the_next_one_unread(world, monkeyp
     t.join(30)
     assert not t.is_alive() and "error" not in out, out.get("error")
     assert unexpected == 0
+
+
+def test_a_wait_stops_reading_after_its_large_message(world, monkeypatch):
+    """A sender running ahead (a bcast's root) puts the next large message right behind the one a
+    receiver waits for. The wait reads its own message and stops: the next one stays in the kernel
+    until its receive is posted, then lands straight in that receive's buffer instead of being read
+    early into a fresh buffer of the unexpected queue and copied again."""
+    monkeypatch.setattr(waiting, "HOLD_IDLE", 60.0)  # (only the waiting thread reads b's link)
+    a, b = _held_pair(world, options=TransportOptions(lane_capacity=0))
+    messages = [bytes([i]) * 100_000 for i in range(6)]  # (copied and complete as written: a runs ahead)
+    for i, m in enumerate(messages):
+        a.isend(1, 0, 50 + i, _b(m))
+    time.sleep(0.1)  # (what the socket holds is in it by now)
+    for i, m in enumerate(messages):
+        out = bytearray(len(m))
+        b.wait(b.irecv(0, 0, 50 + i, memoryview(out)), timeout=10)
+        assert bytes(out) == m
+        assert b._matcher.pending_counts() == (0, 0), f"the wait for message {i} read the next one too"

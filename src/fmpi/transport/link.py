@@ -142,9 +142,13 @@ class Link(QueuedWriter):
                     raise PeerClosed()
                 self.bytes_in += n
                 asm.advance(n)
-                if n < want:
-                    return
-                continue
+                # Either way, stop: with n < want the kernel has no more; with the large
+                # payload complete, what follows may be the peer's next large message,
+                # before any receive is posted for it (a root running ahead in a bcast).
+                # Read now, it would go into a fresh buffer and be copied again later;
+                # left in the kernel until the caller reads again, it lands in its
+                # receive's buffer if one is posted by then.
+                return
             want = HEADER_SIZE if ack_only and not asm.in_frame() else STAGE_SIZE
             try:
                 n = sock.recv_into(self._view, want)
