@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .frames import DATA, Kind
+
+if TYPE_CHECKING:
+    from .shm_lane import LaneReader
 
 
 class TransportError(Exception):
@@ -105,6 +108,6 @@ class Arrived:
         # The sender waits until this is matched: the seq to ACK to a remote
         # sender, or the SendOp itself for a synchronous send to self.
         self.sync = sync
-        # The payload is still in this shared-memory lane (a LaneReader; see LaneReader.hold), or None.
-        self.lane: Any = None
+        # The payload is still in this shared-memory lane (see LaneReader.hold), or None.
+        self.lane: LaneReader | None = None
         self.lane_token = 0
