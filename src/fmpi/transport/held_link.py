@@ -116,12 +116,12 @@ class HeldLinkMixin:
         bell = self._reader_bell
         poller, _ = link.wait_poller(bell)
         ms = None
-        while True:
-            if op.done and (send is None or send.done):
-                return
-            # Waiting for a send alone (``_wait_held`` of a send, or an exchange whose reply is in) is
-            # waiting for its acknowledgement: read no further than that (``Link.on_readable``).
-            ack_only = op.done or op.__class__ is SendOp
+        # Waiting for a send alone (``_wait_held`` of a send, or an exchange whose reply is in) is
+        # waiting for its acknowledgement: read no further than that (``Link.on_readable``).
+        ack_only = op.__class__ is SendOp
+        while not op.done or send is not None and not send.done:
+            if op.done:
+                ack_only = True
             if deadline is not None:
                 ms = int((deadline - time.monotonic()) * 1000 + 1)
                 if ms <= 0:
