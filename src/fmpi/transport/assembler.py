@@ -19,6 +19,7 @@ from .shm_lane import LaneReader
 _LANE = int(Flag.LANE)
 _DATA = int(DATA)
 _unpack_from = HEADER.unpack_from
+_EMPTY = memoryview(b"")
 
 
 class FrameSink(Protocol):
@@ -70,7 +71,7 @@ class FrameAssembler:
                     fields = _unpack_from(view, pos)
                     pos += HEADER_SIZE
                     kind, flags, _, _, tag, context, seq, n, ack = fields
-                    if kind == _DATA and n and not flags & _LANE and end - pos >= n:
+                    if kind == _DATA and not flags & _LANE and end - pos >= n:
                         # The small-message path: header and payload in one read,
                         # matched and delivered in one step.
                         self._sink.frame_whole(self, flags, tag, context, seq, ack, view[pos : pos + n])
@@ -141,7 +142,10 @@ class FrameAssembler:
         return self._header is not None or self._hlen > 0
 
     def _begin(self, header: Header) -> None:
-        if header.kind is DATA and header.nbytes:
+        if header.kind is DATA:
+            if not header.nbytes:  # (an empty message is whole as soon as its header is: one path for it)
+                self._sink.frame_whole(self, header.flags, header.tag, header.context, header.seq, header.ack, _EMPTY)
+                return
             self._header = header
             self._off = 0
             self.dest = self._sink.frame_started(self, header)
