@@ -36,7 +36,7 @@ SIZES = {"8 B": (1, np.int64), "1 MiB": (1 << 18, np.float32), "16 MiB": (1 << 2
 
 # --------------------------------------------------------------------- worker
 def worker(spec: dict) -> dict:
-    from fmpi.relay.dso_client import DsoClient
+    from fmpi.dso_client.client import DsoClient
 
     rank, n = spec["rank"], spec["n"]
     c = DsoClient(spec["relays"], spec["job"], spec["token"], rank=rank, size=n, timeout=120)
@@ -104,7 +104,7 @@ def worker(spec: dict) -> dict:
 # ----------------------------------------------------------------------- main
 def start_relay() -> tuple[subprocess.Popen, str]:
     binary = Path(sys.executable).parent / "fmpi-relay"
-    cmd = [str(binary)] if binary.exists() else [sys.executable, "-m", "fmpi.relay.cli"]
+    cmd = [str(binary)] if binary.exists() else [sys.executable, "-m", "fmpi.relay_server.cli"]
     proc = subprocess.Popen(
         cmd + ["--host", "127.0.0.1", "--port", "0", "--probe-port", "-1", "--log-level", "WARNING", "--dso-job-bytes", "1G"],
         stdout=subprocess.PIPE, text=True,
@@ -117,7 +117,7 @@ def start_relay() -> tuple[subprocess.Popen, str]:
 
 
 def run_n(relays: str, n: int, args: argparse.Namespace) -> dict[str, float]:
-    from fmpi.relay.dso_client import DsoHost
+    from fmpi.dso_client.client import DsoHost
 
     job, token = "bench-" + uuid.uuid4().hex[:10], uuid.uuid4().hex
     iters = {"barrier": max(5, int(200 * args.scale)), "8 B": max(5, int(200 * args.scale)), "1 MiB": max(3, int(20 * args.scale)),

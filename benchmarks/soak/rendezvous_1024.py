@@ -4,8 +4,8 @@ A real ``fmpi-relay`` subprocess (and, with ``--redis``, a real
 ``redis-server`` on a free port) and lightweight clients: a few worker
 processes, each running many threads, each thread one rank that only does
 what a rank's bootstrap does at rendezvous (connect, REGISTER, wait for the
-WORLD) with fmpi's own client code (``fmpi.relay.client`` /
-``fmpi.relay.redis_rendezvous``). No MPI runtime, no listener: the endpoints
+WORLD) with fmpi's own client code (``fmpi.rendezvous.relay_connection`` /
+``fmpi.rendezvous.redis``). No MPI runtime, no listener: the endpoints
 are made up.
 
 Phases, all clocks ``time.monotonic()`` (system-wide on Linux, so comparable
@@ -136,11 +136,11 @@ def _worker(kind: str, url: str, job: str, token: str, ranks: list[int], size: i
         conn = None
         try:
             if kind == "relay":
-                from fmpi.relay.client import RelayConnection
+                from fmpi.rendezvous.relay_connection import RelayConnection
 
                 conn = RelayConnection(url, timeout=60)
             else:
-                from fmpi.relay.redis_rendezvous import RedisRank
+                from fmpi.rendezvous.redis import RedisRank
 
                 conn = RedisRank(url, job, token)
         except Exception as exc:  # noqa: BLE001 - reported, counted as a failure
@@ -153,7 +153,7 @@ def _worker(kind: str, url: str, job: str, token: str, ranks: list[int], size: i
                 deadline = t + 300
                 endpoints = [("127.0.0.1", 20000 + rank)]
                 if kind == "relay":
-                    from fmpi.relay.client import register, wait_world
+                    from fmpi.rendezvous.relay_connection import register, wait_world
 
                     got, got_size, _ = register(conn, job, token, rank, uuid.uuid4().hex, endpoints, timeout=120)
                     rec["registered"] = time.monotonic()
@@ -231,14 +231,14 @@ def measure(kind: str, size: int, procs: int) -> dict:
         # CREATE (t0), then release the clients.
         t0 = time.monotonic()
         if kind == "relay":
-            from fmpi.relay.client import RelayConnection
-            from fmpi.relay.protocol import Kind
+            from fmpi.rendezvous.relay_connection import RelayConnection
+            from fmpi.wire.relay_protocol import Kind
 
             launcher = RelayConnection(service.url, timeout=30)
             launcher.send(Kind.CREATE, {"job": job, "token": token, "size": size, "fill_timeout": 300})
             launcher.expect(Kind.CREATED, timeout=30)
         else:
-            from fmpi.relay.redis_rendezvous import RedisJob
+            from fmpi.rendezvous.redis import RedisJob
 
             world_event = threading.Event()
 
@@ -256,7 +256,7 @@ def measure(kind: str, size: int, procs: int) -> dict:
         server_world = None
         if kind == "relay":
             # The launcher hears one 'joined' per rank, then 'world' with the relay's own time.
-            from fmpi.relay.protocol import Kind
+            from fmpi.wire.relay_protocol import Kind
 
             while True:
                 k, body = launcher.recv(timeout=60)
@@ -302,7 +302,7 @@ def measure(kind: str, size: int, procs: int) -> dict:
         try:
             if launcher is not None:
                 if kind == "relay":
-                    from fmpi.relay.protocol import Kind
+                    from fmpi.wire.relay_protocol import Kind
 
                     launcher.send(Kind.END, {"job": job})
                     launcher.close()

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from fmpi.api import exceptions as err
-from fmpi.api import serialize
 from fmpi.api.buffers import message
 from fmpi.api.datatypes import DATATYPES, from_dtype
 from fmpi.api.status import Status
+from fmpi.wire import pickle_oob as serialize
 
 D = DATATYPES
 

@@ -11,11 +11,18 @@ from __future__ import annotations
 import socket
 import threading
 
-from fmpi.relay.protocol import HEADER_SIZE, MAX_CLIENT_FRAME, Kind, ProtocolError, decode_body, decode_header, parse_endpoints
-from fmpi.transport.frames import Header
 from fmpi.transport.handshake import HandshakeError, read_hello
 from fmpi.transport.link import Link, PeerClosed
-from fmpi.transport.frames import FrameError
+from fmpi.wire.rank_frames import FrameError, Header
+from fmpi.wire.relay_protocol import (
+    HEADER_SIZE,
+    MAX_CLIENT_FRAME,
+    Kind,
+    ProtocolError,
+    decode_body,
+    decode_header,
+    parse_endpoints,
+)
 
 # The biggest payload the fuzzing sink will allocate for a frame; bigger ones are
 # cut short by closing the connection, which the reader must handle cleanly.

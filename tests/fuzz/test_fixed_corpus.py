@@ -5,10 +5,10 @@ import struct
 import pytest
 from fuzz_targets import TARGETS
 
-from fmpi.relay.protocol import VERSION, Kind, encode
-from fmpi.transport.frames import Kind as FrameKind
-from fmpi.transport.frames import pack_header
 from fmpi.transport.handshake import HELLO, MAGIC
+from fmpi.wire.rank_frames import Kind as FrameKind
+from fmpi.wire.rank_frames import pack_header
+from fmpi.wire.relay_protocol import VERSION, Kind, encode
 
 RELAY = [
     b"",

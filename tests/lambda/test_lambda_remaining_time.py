@@ -35,7 +35,7 @@ def test_ranks_know_their_remaining_time_and_can_stop_before_the_limit(lambda_ru
 
 def test_remaining_time_is_reset_after_the_invocation():
     import fmpi
-    from fmpi.launcher.lambda_backend.handler import _RemainingTime
+    from fmpi.lambda_runtime.handler import _RemainingTime
 
     class Context:
         def get_remaining_time_in_millis(self):

@@ -24,8 +24,18 @@ from lambda_testing import PROGRAMS, aws_env
 from fmpi.launcher.lambda_backend import packaging
 from fmpi.launcher.lambda_backend.aws import LambdaError, Target
 from fmpi.launcher.lambda_backend.deploy import FunctionConfig, deploy
-from fmpi.launcher.lambda_backend.packaging import PackagingError, build_bundle, lambda_architecture, lambda_runtime
-from fmpi.launcher.lambda_backend.s3code import KEY_PREFIX, CodeSource, default_bucket, object_key
+from fmpi.launcher.lambda_backend.packaging import (
+    PackagingError,
+    build_bundle,
+    lambda_architecture,
+    lambda_runtime,
+)
+from fmpi.launcher.lambda_backend.s3code import (
+    KEY_PREFIX,
+    CodeSource,
+    default_bucket,
+    object_key,
+)
 
 REGION = "us-east-1"
 
@@ -332,9 +342,10 @@ def test_lambda_job_on_two_relays_hosts_objects_on_both(lambda_run, two_relays):
 
 def test_objects_are_hosted_on_the_other_relays_for_the_job():
     """The hosting call itself, against two real relays: the second hosts the job (its ranks can attach); none with one relay."""
-    from fmpi.launcher import relays as hosting
-    from fmpi.relay.dso_client import DsoClient
     from tests_support import RelayProcess
+
+    from fmpi.dso_client.client import DsoClient
+    from fmpi.launcher import relays as hosting
 
     class J:
         id, token = "jhost" + str(time.monotonic_ns()), "t" * 24

@@ -13,19 +13,19 @@ from pathlib import Path
 import pytest
 from lambda_testing import HERE, PROGRAMS
 
-from fmpi.launcher.lambda_backend import packaging
-from fmpi.launcher.lambda_backend.event import (
+from fmpi.lambda_runtime.event import (
     EventError,
     Fanout,
     Program,
     RankEvent,
     split,
 )
-from fmpi.launcher.lambda_backend.fanout import choose_arity, heads
-from fmpi.launcher.lambda_backend.handler import InvalidRankEvent, handler
+from fmpi.lambda_runtime.fanout import choose_arity, heads
+from fmpi.lambda_runtime.handler import InvalidRankEvent, handler
+from fmpi.lambda_runtime.output import CHUNK, ForwardedOutput, ForwardingStream
+from fmpi.launcher.lambda_backend import packaging
 from fmpi.launcher.lambda_backend.launch import UsageError, resolve_program
-from fmpi.launcher.lambda_backend.output import CHUNK, ForwardedOutput, ForwardingStream
-from fmpi.launcher.rankspec import RankSpec
+from fmpi.rank.spec import RankSpec
 
 TOKEN = "t" * 24
 
@@ -195,8 +195,8 @@ def test_bundle_layout(tmp_path):
         names = set(zf.namelist())
         modes = {i.filename: (i.external_attr >> 16) & 0o777 for i in zf.infolist()}
         manifest = json.loads(zf.read("fmpi_bundle.json"))
-    assert {"app/main.py", "app/pkg/__init__.py", "fmpi/launcher/lambda_backend/handler.py",
-            "fmpi/launcher/shim/mpi4py/MPI.py", "fmpi/MPI.py"} <= names
+    assert {"app/main.py", "app/pkg/__init__.py", "fmpi/lambda_runtime/handler.py",
+            "fmpi/rank/shim/mpi4py/MPI.py", "fmpi/MPI.py"} <= names
     assert not any(part in n for n in names for part in (".git/", "myenv/", "junk"))
     tag = sys.implementation.cache_tag
     # every module compiled (the task root is read-only: Python could not cache them there) ...
@@ -358,7 +358,7 @@ class _FakeLambda:
 
 
 def test_invoke_all_reports_failures_by_rank_and_stops():
-    from fmpi.launcher.lambda_backend.fanout import invoke_all
+    from fmpi.lambda_runtime.fanout import invoke_all
 
     base = RankEvent(RankSpec("j", 0, 40, "tcp://r:1", TOKEN), Program(script="a.py"), 0.0)
     invoked = []

@@ -31,10 +31,10 @@ class Context:
 
 def main() -> None:
     code_dir, script, args = Path(sys.argv[1]).resolve(), sys.argv[2], sys.argv[3:]
+    from fmpi.lambda_runtime import handler
+    from fmpi.lambda_runtime.event import Program, RankEvent
     from fmpi.launcher.job import Job
-    from fmpi.launcher.lambda_backend import handler
-    from fmpi.launcher.lambda_backend.event import Program, RankEvent
-    from fmpi.relay.server import RelayThread
+    from fmpi.relay_server.server import RelayThread
 
     root = Path(tempfile.mkdtemp())
     (root / "app").symlink_to(code_dir)

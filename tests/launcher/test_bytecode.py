@@ -43,7 +43,7 @@ def test_fmpirun_compiles_fmpi_once_when_python_writes_no_bytecode(tmp_path):
     assert result.returncode == 0, result.stderr
     written = cached(package)
     tag = sys.implementation.cache_tag
-    for module in ("transport/engine.py", "api/intracomm.py", "collectives/table.py", "launcher/shim/mpi4py/MPI.py"):
+    for module in ("transport/engine.py", "api/intracomm.py", "collectives/table.py", "rank/shim/mpi4py/MPI.py"):
         path = Path(module)
         assert f"{path.parent.as_posix()}/__pycache__/{path.stem}.{tag}.pyc" in written, sorted(written)[:20]
     # every module a rank imports now has its cache, so no rank compiles fmpi again

@@ -7,12 +7,17 @@ import subprocess
 import sys
 
 import pytest
-
-from fmpi.launcher.cli import build_parser
-from fmpi.launcher.lambda_backend.event import Program, RankEvent
-from fmpi.launcher.lambda_backend.launch import _Launch
-from fmpi.launcher.rankspec import RankSpec, SpecError, check_relay_url, display_url
 from tests_support import fmpirun_argv
+
+from fmpi.lambda_runtime.event import Program, RankEvent
+from fmpi.launcher.cli import build_parser
+from fmpi.launcher.lambda_backend.launch import _Launch
+from fmpi.rank.spec import (
+    RankSpec,
+    SpecError,
+    check_relay_url,
+    display_url,
+)
 
 TOKEN = "t" * 24
 

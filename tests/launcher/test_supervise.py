@@ -10,8 +10,8 @@ import pytest
 
 from fmpi.launcher.job import Job
 from fmpi.launcher.local import _supervise
-from fmpi.relay.client import Aborted
-from fmpi.relay.server import RelayThread
+from fmpi.relay_server.server import RelayThread
+from fmpi.rendezvous.relay_connection import Aborted
 
 
 def test_a_failing_exit_that_arrives_with_the_last_ones_is_not_lost():

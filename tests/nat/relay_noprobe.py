@@ -3,7 +3,7 @@
 import asyncio
 import sys
 
-from fmpi.relay.server import RelayServer
+from fmpi.relay_server.server import RelayServer
 
 
 async def main(port: int) -> None:

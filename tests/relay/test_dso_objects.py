@@ -1,4 +1,4 @@
-"""The DSO objects' logic (fmpi.relay.dso, dso_objects), without sockets: a Store driven directly.
+"""The DSO objects' logic (fmpi.relay_server.dso.store, dso_objects), without sockets: a Store driven directly.
 
 Futures come from an event loop that never runs: a waiter is done (or not)
 the moment a method resolves it, which is what these tests look at.
@@ -12,8 +12,8 @@ import random
 import numpy as np
 import pytest
 
-from fmpi.relay.dso import OBJECT_OVERHEAD, Store
-from fmpi.relay.dso_objects import OPS, DsoError, Reply
+from fmpi.relay_server.dso.objects import OPS, DsoError, Reply
+from fmpi.relay_server.dso.store import OBJECT_OVERHEAD, Store
 
 
 @pytest.fixture

@@ -13,11 +13,17 @@ import uuid
 import numpy as np
 import pytest
 
-from fmpi.relay.client import RelayConnection, RelayError
-from fmpi.relay.dso_client import DsoClient, DsoHost
-from fmpi.relay.dso_connection import SharedObjectError
-from fmpi.relay.hash_ring import HashRing
-from fmpi.relay.protocol import HEADER, VERSION, Kind, dso_head, encode
+from fmpi.dso_client.client import DsoClient, DsoHost
+from fmpi.dso_client.hash_ring import HashRing
+from fmpi.dso_client.node_connection import SharedObjectError
+from fmpi.rendezvous.relay_connection import RelayConnection, RelayError
+from fmpi.wire.relay_protocol import (
+    HEADER,
+    VERSION,
+    Kind,
+    dso_head,
+    encode,
+)
 
 TOKEN = "dso-test-token-0123456789"
 
@@ -178,7 +184,7 @@ def test_errors_are_clear_and_the_connection_stays_usable(one, relay_process):
 WORKER = r"""
 import json, sys, time
 import numpy as np
-from fmpi.relay.dso_client import DsoClient
+from fmpi.dso_client.client import DsoClient
 relays, job, token, rank, n, gens = json.loads(sys.argv[1])
 c = DsoClient(relays, job, token, rank=rank, size=n, timeout=60)
 bad, results = [], []

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-
-from fmpi.relay.dso_client import DsoClient, DsoHost
-from fmpi.relay.dso_collectives import DsoCollectives
-from fmpi.relay.dso_connection import SharedObjectError
 from tests_support import RelayProcess, fmpirun_argv
+
+from fmpi.dso_client.client import DsoClient, DsoHost
+from fmpi.dso_client.collectives import DsoCollectives
+from fmpi.dso_client.node_connection import SharedObjectError
 
 TOKEN = "dso-restart-token-0123456789"
 RANKS = 3

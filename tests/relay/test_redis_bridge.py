@@ -7,16 +7,21 @@ import time
 
 import pytest
 
-from fmpi.launcher import bootstrap
-from fmpi.launcher.bootstrap import join
 from fmpi.launcher.job import Job
-from fmpi.launcher.rankspec import RankSpec
-from fmpi.relay.client import RelayError
-from fmpi.relay.protocol import Kind
-from fmpi.relay.redis_mailbox import FINISHED, JOB_GONE, QUEUED, RankMailbox
-from fmpi.relay.redis_rendezvous import DEFAULT_TTL, connect, job_pattern
+from fmpi.rank import join as bootstrap
+from fmpi.rank.join import join
+from fmpi.rank.spec import RankSpec
+from fmpi.redis_relay.mailbox import (
+    FINISHED,
+    JOB_GONE,
+    QUEUED,
+    RankMailbox,
+)
+from fmpi.rendezvous.redis import DEFAULT_TTL, connect, job_pattern
+from fmpi.rendezvous.relay_connection import RelayError
 from fmpi.transport.options import TransportOptions
 from fmpi.transport.requests import TransportError
+from fmpi.wire.relay_protocol import Kind
 
 RELAY = TransportOptions(channel="relay")
 

@@ -19,12 +19,12 @@ import time
 from pathlib import Path
 
 import pytest
-
-from fmpi.relay import redis_connect
-from fmpi.relay.client import RelayError
-from fmpi.relay.redis_collectives import RedisCollectives
-from fmpi.relay.redis_rendezvous import RedisJob, RedisRank, connect
 from tests_support import fmpirun_argv, free_port, verdict
+
+from fmpi.redis_relay.collectives import RedisCollectives
+from fmpi.rendezvous import redis_connect
+from fmpi.rendezvous.redis import RedisJob, RedisRank, connect
+from fmpi.rendezvous.relay_connection import RelayError
 
 TESTS = Path(__file__).resolve().parents[1]
 PROGRAMS = TESTS / "collectives" / "programs"

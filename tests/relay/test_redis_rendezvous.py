@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from fmpi.relay.client import Aborted, RelayError
-from fmpi.relay.redis_rendezvous import RedisJob, RedisRank, connect
+from fmpi.rendezvous.redis import RedisJob, RedisRank, connect
+from fmpi.rendezvous.relay_connection import Aborted, RelayError
 
 TOKEN = "k" * 24
 

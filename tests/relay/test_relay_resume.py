@@ -16,10 +16,21 @@ import time
 from typing import Any
 
 import pytest
-
-from fmpi.relay.client import Aborted, RelayConnection, RelayError, register
-from fmpi.relay.protocol import FORWARD_RANK, HEADER, Kind, decode_body, forward_header
 from tests_support import RelayProcess
+
+from fmpi.rendezvous.relay_connection import (
+    Aborted,
+    RelayConnection,
+    RelayError,
+    register,
+)
+from fmpi.wire.relay_protocol import (
+    FORWARD_RANK,
+    HEADER,
+    Kind,
+    decode_body,
+    forward_header,
+)
 
 TOKEN = "r" * 24
 _ids = itertools.count()

@@ -17,9 +17,20 @@ from pathlib import Path
 
 import pytest
 
-from fmpi.relay.client import Aborted, RelayConnection, RelayError, register, wait_world
-from fmpi.relay.protocol import HEADER, VERSION, Kind, encode
-from fmpi.relay.server import RelayThread
+from fmpi.relay_server.server import RelayThread
+from fmpi.rendezvous.relay_connection import (
+    Aborted,
+    RelayConnection,
+    RelayError,
+    register,
+    wait_world,
+)
+from fmpi.wire.relay_protocol import (
+    HEADER,
+    VERSION,
+    Kind,
+    encode,
+)
 
 TOKEN = "t" * 24
 

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from fmpi.collectives import server_side, table
-from fmpi.launcher.rankspec import check_relay_url
-from fmpi.relay.client import parse_relay_url, relay_addresses
-from fmpi.relay.redis_collectives import RedisCollectives
+from fmpi.rank.spec import check_relay_url
+from fmpi.redis_relay.collectives import RedisCollectives
+from fmpi.rendezvous.relay_connection import parse_relay_url, relay_addresses
 
 
 @pytest.fixture
@@ -83,7 +83,7 @@ def test_barrier_and_rounds_kept(job):
         b.barrier("c3.0", gen, 1, 2)
         t.join(10)
     a.barrier("c3.0", 5, 0, 2)  # a late repeat of a kept round returns at once
-    from fmpi.relay.client import RelayError
+    from fmpi.rendezvous.relay_connection import RelayError
 
     with pytest.raises(RelayError, match="expired"):
         a.barrier("c3.0", 1, 0, 2)  # forgotten: refused, not a new round that would hang
@@ -94,8 +94,8 @@ def test_job_over_refuses(job):
     url, client, job_id = job
     client.delete(f"fmpi:{{{job_id}}}:meta")
     p = RedisCollectives(url, job_id)
-    from fmpi.relay import redis_collectives
-    from fmpi.relay.client import RelayError
+    from fmpi.redis_relay import collectives as redis_collectives
+    from fmpi.rendezvous.relay_connection import RelayError
 
     old, redis_collectives.WAIT = redis_collectives.WAIT, 1
     try:

@@ -22,10 +22,15 @@ import time
 from pathlib import Path
 
 import pytest
-
-from fmpi.relay.client import RelayConnection, RelayError, register, wait_world
-from fmpi.relay.protocol import Kind, encode
 from tests_support import RelayProcess, fmpirun_argv
+
+from fmpi.rendezvous.relay_connection import (
+    RelayConnection,
+    RelayError,
+    register,
+    wait_world,
+)
+from fmpi.wire.relay_protocol import Kind, encode
 
 TOKEN = "t" * 24
 
@@ -183,7 +188,7 @@ def test_a_client_that_does_not_trust_the_certificate_is_refused(tls_relay, pki,
     assert "TLS certificate is not trusted" in result.stderr
     assert time.monotonic() - t0 < 20
     # the certificate must also name the host connected to (not only chain to the CA)
-    from fmpi.relay.client import tls_client_context
+    from fmpi.rendezvous.relay_connection import tls_client_context
 
     context = tls_client_context()
     assert context.check_hostname and context.verify_mode == ssl.CERT_REQUIRED
@@ -228,7 +233,7 @@ def test_plain_tcp_clients_get_a_clean_error_and_the_relay_keeps_serving(tls_rel
 
 def test_clients_stalled_in_the_tls_handshake_are_cut_off_without_blocking_others(pki, trust):
     """Slow loris at the TLS layer: half a ClientHello, then silence. The handshake timeout (here 1 s) ends it."""
-    from fmpi.relay.server import RelayThread, server_tls_context
+    from fmpi.relay_server.server import RelayThread, server_tls_context
 
     relay = RelayThread("127.0.0.1", 0, first_frame_timeout=1.0, probe_port=None,
                         ssl_context=server_tls_context(str(pki["cert"]), str(pki["key"])))

@@ -14,12 +14,12 @@ import sys
 import time
 
 import pytest
-
-from fmpi.natpunch.simultaneous_open import bind_reusable
-from fmpi.relay.client import RelayError
-from fmpi.relay.redis_rendezvous import RedisJob, RedisRank, connect
 from test_tls import JOB, _make_pki
 from tests_support import fmpirun_argv, free_port
+
+from fmpi.natpunch.simultaneous_open import bind_reusable
+from fmpi.rendezvous.redis import RedisJob, RedisRank, connect
+from fmpi.rendezvous.relay_connection import RelayError
 
 PASSWORD = "pw-for-tls-tests"
 TOKEN = "k" * 24

@@ -10,11 +10,16 @@ import sys
 import time
 
 import pytest
-
-from fmpi.relay.client import RelayConnection, RelayError, register, wait_world
-from fmpi.relay.protocol import Kind, encode
-from fmpi.relay.server import RelayThread
 from tests_support import fmpirun_argv, pids_alive, wait_for_file
+
+from fmpi.relay_server.server import RelayThread
+from fmpi.rendezvous.relay_connection import (
+    RelayConnection,
+    RelayError,
+    register,
+    wait_world,
+)
+from fmpi.wire.relay_protocol import Kind, encode
 
 TOKEN = "s" * 24
 

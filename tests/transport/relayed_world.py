@@ -12,9 +12,9 @@ import threading
 import time
 from typing import Any, Callable
 
-from fmpi.launcher.bootstrap import RankSession, join
 from fmpi.launcher.job import Job
-from fmpi.relay.server import RelayThread
+from fmpi.rank.join import RankSession, join
+from fmpi.relay_server.server import RelayThread
 from fmpi.transport.engine import Engine
 from fmpi.transport.options import TransportOptions
 

@@ -2,9 +2,16 @@
 
 import pytest
 
-from fmpi.transport.frames import HEADER_SIZE, MAX_PAYLOAD, FrameError, Kind, pack_header, unpack_header
 from fmpi.transport.matching import ANY_SOURCE, ANY_TAG, Matcher
 from fmpi.transport.requests import Arrived, RecvOp
+from fmpi.wire.rank_frames import (
+    HEADER_SIZE,
+    MAX_PAYLOAD,
+    FrameError,
+    Kind,
+    pack_header,
+    unpack_header,
+)
 
 
 def test_header_roundtrip_keeps_every_field():

@@ -13,9 +13,22 @@ import time
 
 import pytest
 
-from fmpi.relay.client import RelayConnection, observe, probe_mapping, register, wait_world
-from fmpi.relay.protocol import FORWARD_RANK, HEADER, MAX_CLIENT_FRAME, VERSION, Kind, forward_header
-from fmpi.relay.server import RelayThread
+from fmpi.relay_server.server import RelayThread
+from fmpi.rendezvous.relay_connection import (
+    RelayConnection,
+    observe,
+    probe_mapping,
+    register,
+    wait_world,
+)
+from fmpi.wire.relay_protocol import (
+    FORWARD_RANK,
+    HEADER,
+    MAX_CLIENT_FRAME,
+    VERSION,
+    Kind,
+    forward_header,
+)
 
 TOKEN = "t" * 24
 

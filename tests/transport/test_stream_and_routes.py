@@ -9,11 +9,16 @@ import threading
 import pytest
 
 from fmpi.transport.assembler import FrameAssembler
-from fmpi.transport.frames import Flag, FrameError, Kind, unpack_header
 from fmpi.transport.handshake import HandshakeError, Verdict, initiate
 from fmpi.transport.requests import SendOp, TransportError
 from fmpi.transport.routes import PeerAddress, plan_route
 from fmpi.transport.stream import Stream
+from fmpi.wire.rank_frames import (
+    Flag,
+    FrameError,
+    Kind,
+    unpack_header,
+)
 
 
 class Wire:

@@ -17,8 +17,8 @@ from typing import Any
 
 from ..transport.engine import Engine
 from ..transport.requests import Op, RecvOp, TransportError
+from ..wire import pickle_oob as serialize
 from . import exceptions as err
-from . import serialize
 from .buffers import message, message_view
 from .constants import ANY_SOURCE, ANY_TAG, IDENT, PROC_NULL, TAG_UB, UNEQUAL
 from .request import Request, raise_mpi

@@ -20,7 +20,7 @@ from ..transport.engine import Engine
 from . import exceptions as err
 
 if TYPE_CHECKING:
-    from ..launcher.bootstrap import RankSession
+    from ..rank.join import RankSession
     from .intracomm import Intracomm
 
 WORLD_CONTEXT = 0
@@ -48,9 +48,9 @@ def initialize(session: "RankSession | None" = None) -> None:
     refused join itself) passes its `session`; otherwise the rank joins from
     the environment fmpirun set.
     """
-    from ..launcher.bootstrap import join
-    from ..launcher.rankspec import RankSpec, SpecError
-    from ..relay.client import RelayError
+    from ..rank.join import join
+    from ..rank.spec import RankSpec, SpecError
+    from ..rendezvous.relay_connection import RelayError
     from .intracomm import Intracomm
 
     with state.lock:

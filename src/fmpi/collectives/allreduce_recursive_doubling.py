@@ -17,11 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from ..api import serialize
+from ..wire import pickle_oob as serialize
 from .channel import Channel, as_bytes
 from .options import AllreduceOptions
 from .ranks import fold, real_rank
-
 
 # What one step of a rank's plan does (see ``Plan``).
 SEND, RECV_COMBINE, EXCHANGE, RECV_RESULT = range(4)

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..api import serialize
+from ..wire import pickle_oob as serialize
 from .channel import Channel, as_bytes
 from .options import ScanOptions
 

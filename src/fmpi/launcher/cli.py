@@ -8,7 +8,7 @@
 --relay tcp://a:7000,b:7000 uses several fmpi-relay nodes: the job's rendezvous
 is on the first, its shared objects (server-side collectives) are sharded
 over all of them. --relay redis://[:password@]host:port/db makes Redis the rendezvous and the
-relay of the job (relay/redis_*.py); fmpirun behaves the same either way.
+relay of the job (rendezvous/redis.py, redis_relay/); fmpirun behaves the same either way.
 """
 
 from __future__ import annotations
@@ -19,14 +19,21 @@ import shutil
 import sys
 from pathlib import Path
 
-from ..relay.client import RelayError
-from ..relay.server import RelayThread
+from ..rank.shim_path import SHIM_DIR
+from ..rank.spec import (
+    DEFAULT_FILL_TIMEOUT,
+    RankSpec,
+    SpecError,
+    check_relay_url,
+    display_url,
+)
+from ..relay_server.server import RelayThread
+from ..rendezvous.relay_connection import RelayError
 from ..transport.options import TransportOptions
 from ..transport.stats import describe_event
 from . import bytecode, closed_output
 from .job import Job, log
-from .local import BIND_CHOICES, SHIM_DIR, _fmpi_root, run_local
-from .rankspec import DEFAULT_FILL_TIMEOUT, RankSpec, SpecError, check_relay_url, display_url
+from .local import BIND_CHOICES, _fmpi_root, run_local
 from .relays import host_objects
 
 

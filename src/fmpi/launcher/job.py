@@ -13,13 +13,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..relay.client import Aborted, RelayConnection, RelayError, open_with
-from ..relay.protocol import Kind
-from ..relay.redis_connect import is_redis_url
-from ..relay.redis_rendezvous import RedisJob
+from ..rank.spec import RankSpec, display_url
+from ..rendezvous.redis import RedisJob
+from ..rendezvous.redis_connect import is_redis_url
+from ..rendezvous.relay_connection import (
+    Aborted,
+    RelayConnection,
+    RelayError,
+    open_with,
+)
 from ..transport.options import TransportOptions
 from ..transport.stats import LinkTable
-from .rankspec import RankSpec, display_url
+from ..wire.relay_protocol import Kind
 
 
 @dataclass

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from ..rank.shim_path import SHIM_DIR
 from ..transport.spinning import YIELD_SPIN
 from . import closed_output
 from .job import Job
 
-SHIM_DIR = str(Path(__file__).parent / "shim")
 KILL_GRACE = 2.0  # seconds between asking ranks to stop and killing them
 _PR_SET_PDEATHSIG = 1
 

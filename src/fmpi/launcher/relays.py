@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..relay.client import relay_addresses
-from ..relay.redis_connect import is_redis_url
+from ..rendezvous.redis_connect import is_redis_url
+from ..rendezvous.relay_connection import relay_addresses
 
 if TYPE_CHECKING:
-    from ..relay.dso_client import DsoHost
-    from .job import log
-    from .job import Job
+    from ..dso_client.client import DsoHost
+    from .job import Job, log
 
 
 def host_objects(job: Job, relay_url: str) -> DsoHost | None:
@@ -19,7 +18,7 @@ def host_objects(job: Job, relay_url: str) -> DsoHost | None:
     the job runs (``end()`` it with the job), or None with one relay (or Redis)."""
     if is_redis_url(relay_url) or len(relay_addresses(relay_url)) < 2:
         return None
-    from ..relay.dso_client import DsoHost
+    from ..dso_client.client import DsoHost
     from .job import log
 
     first = "tcp://{}:{}".format(*relay_addresses(relay_url)[0])

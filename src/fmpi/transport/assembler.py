@@ -13,7 +13,16 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from .frames import DATA, HEADER, HEADER_SIZE, Flag, FrameError, Header, parse_header, unpack_header
+from ..wire.rank_frames import (
+    DATA,
+    HEADER,
+    HEADER_SIZE,
+    Flag,
+    FrameError,
+    Header,
+    parse_header,
+    unpack_header,
+)
 from .shm_lane import LaneReader
 
 _LANE = int(Flag.LANE)

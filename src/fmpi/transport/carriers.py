@@ -26,10 +26,10 @@ import sys
 import time
 from typing import Any, Protocol
 
-from ..relay.protocol import Kind as RelayKind
-from ..relay.protocol import ProtocolError
+from ..wire.rank_frames import FrameError, Kind
+from ..wire.relay_protocol import Kind as RelayKind
+from ..wire.relay_protocol import ProtocolError
 from .assembler import FrameAssembler
-from .frames import FrameError, Kind
 from .link import Link, PeerClosed, set_liveness
 from .peers import Peer, PeerState
 from .progress import READ, WRITE

@@ -39,9 +39,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterable, Sequence
 
+from ..wire.rank_frames import Kind
 from .assembler import FrameAssembler
 from .carriers import CarrierMixin, RelayHandler  # noqa: F401 - RelayHandler is part of the API
-from .frames import Kind
 from .held_link import HeldLinkMixin
 from .link import Link
 from .linkup import Linker
@@ -49,9 +49,9 @@ from .matching import ANY_SOURCE, Matcher
 from .options import TransportOptions
 from .peers import LINKED, Peer, PeerState
 from .progress import READ, ProgressLoop
+from .receiving import ReceivingMixin
 from .relay_channel import RelayChannel
 from .requests import Arrived, Op, RecvOp, SendOp, TransportError
-from .receiving import ReceivingMixin
 from .routes import Route
 from .shm_lane import NO_KEY, host_key
 from .stream import Carrier, Stream

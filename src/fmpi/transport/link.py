@@ -32,8 +32,8 @@ from __future__ import annotations
 import select
 import socket
 
+from ..wire.rank_frames import HEADER_SIZE
 from .assembler import FrameAssembler, FrameSink
-from .frames import HEADER_SIZE
 from .queued_writer import QueuedWriter
 from .shm_lane import LaneReader, LaneWriter
 

@@ -18,7 +18,7 @@ import ssl
 import threading
 from collections import deque
 
-from ..byteparts import advance_parts
+from ..util.byteparts import advance_parts
 
 
 class QueuedWriter:

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from _thread import get_ident
 
+from ..wire.rank_frames import Flag, Header, Kind
 from . import hang
 from .assembler import FrameAssembler
-from .frames import Flag, Header, Kind
 from .requests import Arrived, RecvOp, TransportError
 from .stream import Stream
 

@@ -30,7 +30,7 @@ import ssl
 import time
 from typing import Any, Callable
 
-from ..relay.protocol import (
+from ..wire.relay_protocol import (
     FORWARD_RANK,
     HEADER_SIZE,
     MAX_SERVER_FRAME,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .frames import DATA, Kind
+from ..wire.rank_frames import DATA, Kind
 
 if TYPE_CHECKING:
     from .shm_lane import LaneReader

@@ -51,7 +51,13 @@ import threading
 from collections import deque
 from typing import Protocol
 
-from .frames import HEADER, Flag, FrameError, Kind, pack_header
+from ..wire.rank_frames import (
+    HEADER,
+    Flag,
+    FrameError,
+    Kind,
+    pack_header,
+)
 from .requests import SendOp, TransportError
 from .shm_lane import LANE_MIN
 

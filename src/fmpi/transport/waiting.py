@@ -33,8 +33,8 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Iterable, Iterator, Sequence
 
+from ..wire.rank_frames import FrameError
 from . import hang
-from .frames import FrameError
 from .link import Link, PeerClosed
 from .matching import ANY_SOURCE
 from .peers import LINKED

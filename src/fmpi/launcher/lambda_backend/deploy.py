@@ -8,9 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...lambda_runtime.event import EVENT_VERSION
+from ...lambda_runtime.handler import HANDLER
 from .aws import LambdaError, Target, explain
-from .event import EVENT_VERSION
-from .handler import HANDLER
 from .packaging import Bundle
 from .s3code import CodeSource
 

@@ -25,11 +25,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...ranges import ranks_phrase
-from ...relay.client import RelayError
-from ...relay.server import RelayThread
+from ...lambda_runtime.event import STATUS_STREAM, Program, RankEvent
+from ...lambda_runtime.fanout import (
+    WORKERS,
+    choose_arity,
+    heads,
+    invoke_all,
+)
+from ...rank.spec import check_relay_url, display_url
+from ...relay_server.server import RelayThread
+from ...rendezvous.relay_connection import RelayError
+from ...util.ranges import ranks_phrase
 from ..job import Job, JobState, log
-from ..rankspec import check_relay_url, display_url
 from ..relays import host_objects
 from .aws import LambdaError, Target, connect
 from .deploy import (
@@ -41,8 +48,6 @@ from .deploy import (
     deploy,
     verify,
 )
-from .event import STATUS_STREAM, Program, RankEvent
-from .fanout import WORKERS, choose_arity, heads, invoke_all
 from .packaging import PackagingError, build_bundle, lambda_architecture, lambda_runtime
 from .s3code import CodeSource
 

@@ -2,7 +2,7 @@
 
 Layout (the zip's root is the function's task root, ``/var/task``)::
 
-    fmpi/...                 this fmpi (the handler is fmpi.launcher.lambda_backend.handler.handler)
+    fmpi/...                 this fmpi (the handler is fmpi.lambda_runtime.handler.handler)
     numpy/..., aws_lambda_powertools/..., ...   dependencies copied from this environment
     app/...                  the program's directory (or --code DIR)
     fmpi_bundle.json         what went in
@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
-from .event import CODE_DIR
+from ...lambda_runtime.event import CODE_DIR
 
 ZIP_LIMIT = 50 * 1024 * 1024  # bytes: Lambda's limit for a zip uploaded with the API call (larger ones go through S3)
 UNZIPPED_LIMIT = 250 * 1024 * 1024  # bytes: Lambda's limit for the unzipped function and its layers

@@ -15,7 +15,7 @@ import socket
 from typing import Any
 from urllib.parse import urlsplit
 
-from .client import RelayError, local_ip_towards
+from .relay_connection import RelayError, local_ip_towards
 
 
 def is_redis_url(url: str) -> bool:

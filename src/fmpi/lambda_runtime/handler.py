@@ -37,16 +37,23 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from ...relay.client import RelayError
-from ...api.exceptions import cause_of
-from ...relay.protocol import Kind, abort_body
-from .. import bootstrap
-from .event import CODE_DIR, EVENT_VERSION, STATUS_STREAM, EventError, Fanout, RankEvent
+from ..api.exceptions import cause_of
+from ..rank import join as bootstrap
+from ..rank.shim_path import SHIM_DIR
+from ..rendezvous.relay_connection import RelayError
+from ..wire.relay_protocol import Kind, abort_body
+from .event import (
+    CODE_DIR,
+    EVENT_VERSION,
+    STATUS_STREAM,
+    EventError,
+    Fanout,
+    RankEvent,
+)
 from .output import ForwardedOutput
 
-HANDLER = "fmpi.launcher.lambda_backend.handler.handler"
-BUNDLE_ROOT = Path(__file__).resolve().parents[3]  # the directory holding the fmpi package (the task root)
-SHIM_DIR = str(Path(__file__).resolve().parents[1] / "shim")  # `from mpi4py import MPI` -> fmpi.MPI
+HANDLER = "fmpi.lambda_runtime.handler.handler"
+BUNDLE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding the fmpi package (the task root)
 WATCHDOG_MARGIN = 1.0  # seconds before the function timeout at which the rank aborts the job
 FANOUT_WORKERS = 8
 
@@ -314,7 +321,7 @@ class _ProcessState:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        from ...api import runtime
+        from ..api import runtime
 
         runtime.reset_for_next_invocation()
         _forget_modules(self.code_dir)
@@ -346,7 +353,7 @@ def _forget_modules(code_dir: Path) -> None:
 
 def _initialize_mpi(session: bootstrap.RankSession) -> None:
     """Make `session` (joined by the handler, so it could handle a refused join) this process's MPI world."""
-    from ...api import runtime
+    from ..api import runtime
 
     runtime.initialize(session)
 
@@ -355,8 +362,8 @@ def _end_session(
     session: bootstrap.RankSession, code: int, abort_reason: str | None = None, abort_cause: dict | None = None
 ) -> None:
     """Finalize this rank (unless the program did); with `abort_reason`, abort the job first (`abort_cause`: see ``protocol.abort_cause``)."""
-    from ...api import runtime
-    from ...transport.requests import TransportError
+    from ..api import runtime
+    from ..transport.requests import TransportError
 
     with runtime.state.lock:
         done, runtime.state.finalized = runtime.state.finalized, True
@@ -387,7 +394,7 @@ def _quiet(fn, *args):
 
 def _pong() -> dict[str, Any]:
     """The launcher's check, right after a deployment, that the bundle imports in the real runtime."""
-    from ... import __version__
+    from .. import __version__
 
     answer: dict[str, Any] = {"fmpi": __version__, "python": sys.version.split()[0]}
     try:

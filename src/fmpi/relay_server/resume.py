@@ -30,9 +30,15 @@ import math
 import re
 from typing import Any, Callable
 
-from ..ranges import describe_ranks
-from .protocol import Kind, ProtocolError, parse_endpoint
-from .server_records import Connection, Job, Member, Refused, Resumption
+from ..util.ranges import describe_ranks
+from ..wire.relay_protocol import Kind, ProtocolError, parse_endpoint
+from .records import (
+    Connection,
+    Job,
+    Member,
+    Refused,
+    Resumption,
+)
 
 log = logging.getLogger("fmpi.relay")
 

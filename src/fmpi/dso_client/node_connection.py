@@ -16,9 +16,9 @@ import threading
 import time
 from typing import Any, Callable
 
-from ..byteparts import sendmsg_all
-from .client import Aborted, RelayConnection, RelayError
-from .protocol import (
+from ..rendezvous.relay_connection import Aborted, RelayConnection, RelayError
+from ..util.byteparts import sendmsg_all
+from ..wire.relay_protocol import (
     HEADER_SIZE,
     MAX_SERVER_FRAME,
     Kind,

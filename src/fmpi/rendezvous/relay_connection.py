@@ -17,7 +17,16 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from .protocol import HEADER_SIZE, MAX_SERVER_FRAME, Kind, ProtocolError, abort_cause, decode_body, decode_header, encode
+from ..wire.relay_protocol import (
+    HEADER_SIZE,
+    MAX_SERVER_FRAME,
+    Kind,
+    ProtocolError,
+    abort_cause,
+    decode_body,
+    decode_header,
+    encode,
+)
 
 
 class RelayError(Exception):

@@ -8,11 +8,15 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .dso_client import DsoClient
-from .client import RelayError
-from .dso_connection import NodeConnection, Pending, SharedObjectError, SharedObjectTimeout
-from .dso_hangups import HangupWatch
-
+from ..rendezvous.relay_connection import RelayError
+from .client import DsoClient
+from .hangups import HangupWatch
+from .node_connection import (
+    NodeConnection,
+    Pending,
+    SharedObjectError,
+    SharedObjectTimeout,
+)
 
 # Starts one call (a barrier arrival, a contribution) with a timeout (None: the client's); calls are idempotent.
 Start = Callable[..., Pending]

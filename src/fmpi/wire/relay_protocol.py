@@ -54,7 +54,7 @@ class Kind(enum.IntEnum):
     OBSERVED = 37  # answer to OBSERVE (and what the probe port says to any connection)
     # rank <-> relay <-> rank
     FORWARD = 40  # binary: rank (i32) + a chunk of a relayed link's byte stream
-    # distributed shared objects (relay/dso.py)
+    # distributed shared objects (relay_server/dso/store.py)
     DSO_CREATE = 50  # launcher -> relay: host a job's shared objects on this node (a job without rank slots)
     DSO_ATTACH = 51  # first frame of a DSO client connection: job and token
     DSO_ATTACHED = 52  # relay -> client: attached; the relay's limits

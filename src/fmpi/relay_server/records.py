@@ -12,8 +12,15 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from .dso import Store
-from .protocol import Kind, dso_head, encode, forward_header, parse_endpoint, parse_endpoints
+from ..wire.relay_protocol import (
+    Kind,
+    dso_head,
+    encode,
+    forward_header,
+    parse_endpoint,
+    parse_endpoints,
+)
+from .dso.store import Store
 
 log = logging.getLogger("fmpi.relay")
 

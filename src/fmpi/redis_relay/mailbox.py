@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .redis_rendezvous import DEFAULT_TTL, _keys
+from ..rendezvous.redis import DEFAULT_TTL, _keys
 
 BATCH_ITEMS = 64  # chunks per script call / per drain (Lua's unpack has a stack limit)
 BATCH_BYTES = 4 << 20

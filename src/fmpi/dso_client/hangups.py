@@ -15,7 +15,8 @@ import select
 import threading
 from typing import Callable
 
-from .dso_connection import NodeConnection, SharedObjectError
+from .node_connection import NodeConnection, SharedObjectError
+
 
 class HangupWatch:
     """Call `on_hangup(key, connection)` when a live connection of `connections()` is closed by its node."""

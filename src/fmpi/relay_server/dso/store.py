@@ -22,7 +22,16 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Callable
 
-from .dso_objects import METHODS, TYPES, Barrier, DsoError, DsoObject, Reducer, Reply, Result
+from .objects import (
+    METHODS,
+    TYPES,
+    Barrier,
+    DsoError,
+    DsoObject,
+    Reducer,
+    Reply,
+    Result,
+)
 
 # Bytes charged per object on top of its values, so that the number of objects is bounded too.
 OBJECT_OVERHEAD = 256

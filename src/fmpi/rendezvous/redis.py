@@ -29,10 +29,10 @@ import threading
 import time
 from typing import Any, Callable
 
-from ..ranges import describe_ranks
-from .client import Aborted, PeerInfo, RelayError
-from .protocol import abort_body
+from ..util.ranges import describe_ranks
+from ..wire.relay_protocol import abort_body
 from .redis_connect import connect, explain, safe_url
+from .relay_connection import Aborted, PeerInfo, RelayError
 
 DEFAULT_TTL = 24 * 3600  # seconds a job's keys may outlive a launcher that vanished
 

@@ -13,8 +13,8 @@ send their SYNs. A rank behind a NAT also connects from that port to the
 relay's probe port: a different observed port means a symmetric NAT, and
 its peers skip punching it.
 
-With a ``redis://`` relay, Redis is the rendezvous (``relay/redis_rendezvous``)
-and an in-process bridge (``relay/redis_bridge``) stands in for the relay
+With a ``redis://`` relay, Redis is the rendezvous (``rendezvous/redis``)
+and an in-process bridge (``redis_relay/bridge``) stands in for the relay
 connection, so the transport runs unchanged.
 """
 
@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..natpunch.simultaneous_open import bind_reusable, make_listener
-from ..relay.client import (
+from ..rendezvous.redis_connect import is_redis_url
+from ..rendezvous.relay_connection import (
     Aborted,
     PeerInfo,
     RelayConnection,
@@ -40,16 +41,15 @@ from ..relay.client import (
     route_source_ip,
     wait_world,
 )
-from ..relay.protocol import Kind, abort_body
-from ..relay.redis_connect import is_redis_url
 from ..transport.engine import Engine
 from ..transport.options import TransportOptions
 from ..transport.requests import TransportError
 from ..transport.routes import PeerAddress, plan_routes
-from .rankspec import RankSpec, SpecError, display_url
+from ..wire.relay_protocol import Kind, abort_body
+from .spec import RankSpec, SpecError, display_url
 
 if TYPE_CHECKING:
-    from ..relay.redis_bridge import RedisBridge
+    from ..redis_relay.bridge import RedisBridge
 
 
 class RankSession:
@@ -210,10 +210,10 @@ def server_collectives(spec: RankSpec):
     relayed); nothing connects until a collective uses it.
     """
     if is_redis_url(spec.relay):
-        from ..relay.redis_collectives import RedisCollectives
+        from ..redis_relay.collectives import RedisCollectives
 
         return RedisCollectives(spec.relay, spec.job)
-    from ..relay.dso_collectives import DsoCollectives
+    from ..dso_client.collectives import DsoCollectives
 
     return DsoCollectives(spec.relay, spec.job, spec.token)
 
@@ -274,10 +274,10 @@ def join(spec: RankSpec, connect_timeout: float = 10.0, options: TransportOption
 
 
 def _join_redis(spec: RankSpec, options: TransportOptions, connect_timeout: float, deadline: float) -> RankSession:
-    """``join`` with Redis as the rendezvous and the relay (see relay/redis_bridge.py)."""
-    from ..relay.redis_bridge import RedisBridge
-    from ..relay.redis_connect import source_ip
-    from ..relay.redis_rendezvous import RedisRank
+    """``join`` with Redis as the rendezvous and the relay (see redis_relay/bridge.py)."""
+    from ..redis_relay.bridge import RedisBridge
+    from ..rendezvous.redis import RedisRank
+    from ..rendezvous.redis_connect import source_ip
 
     local_ip = source_ip(spec.relay)
     # The shared port, as with fmpi-relay: the registration connection is made

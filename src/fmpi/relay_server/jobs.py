@@ -13,10 +13,16 @@ import logging
 import time
 from typing import Any
 
-from ..ranges import describe_ranks
-from .protocol import Kind, abort_body, encode
-from .server_records import Connection, Job, Member, Refused, live_job
-from .server_resume import JobResumption, parse_resume, wants_rejoin
+from ..util.ranges import describe_ranks
+from ..wire.relay_protocol import Kind, abort_body, encode
+from .records import (
+    Connection,
+    Job,
+    Member,
+    Refused,
+    live_job,
+)
+from .resume import JobResumption, parse_resume, wants_rejoin
 
 log = logging.getLogger("fmpi.relay")
 

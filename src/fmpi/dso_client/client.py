@@ -28,10 +28,18 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .client import Aborted, RelayConnection, RelayError, open_with, parse_relay_url, relay_addresses, relay_scheme
-from .dso_connection import NodeConnection, Pending, SharedObjectError
+from ..rendezvous.relay_connection import (
+    Aborted,
+    RelayConnection,
+    RelayError,
+    open_with,
+    parse_relay_url,
+    relay_addresses,
+    relay_scheme,
+)
+from ..wire.relay_protocol import Kind, encode
 from .hash_ring import HashRing
-from .protocol import Kind, encode
+from .node_connection import NodeConnection, Pending, SharedObjectError
 
 GRACE = 2.0  # how much longer than the server's timeout a client waits for the server's answer
 # What a restarting node answers until it is back and hosts the job again.

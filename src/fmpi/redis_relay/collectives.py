@@ -55,9 +55,9 @@ from typing import Any
 import numpy as np
 
 from ..collectives.options import split_even
-from .client import RelayError
-from .redis_connect import explain, safe_url
-from .redis_rendezvous import DEFAULT_TTL
+from ..rendezvous.redis import DEFAULT_TTL
+from ..rendezvous.redis_connect import explain, safe_url
+from ..rendezvous.relay_connection import RelayError
 
 KEEP = 8  # completed rounds per communicator whose result a late retry still gets
 SMALL_MAX = 64 << 10  # N x vector bytes up to which every rank gets all contributions
@@ -205,7 +205,7 @@ class RedisCollectives:
         if self._redis is None:
             with self._lock:
                 if self._redis is None:
-                    from .redis_connect import connect
+                    from ..rendezvous.redis_connect import connect
 
                     client = connect(self.url, job=self.job)
                     self._load(client)
@@ -273,7 +273,7 @@ class RedisCollectives:
         self, comm_key: str, round: int, rank: int, size: int, send: np.ndarray, op: str, out: np.ndarray,
         deadline: float | None = None,
     ) -> None:
-        from .dso_objects import ufunc as ufunc_of
+        from ..relay_server.dso.objects import ufunc as ufunc_of
 
         ufunc = ufunc_of(op)
         src = np.ascontiguousarray(send).reshape(-1)

@@ -19,10 +19,23 @@ import asyncio
 import logging
 from typing import Any
 
-from .dso import Store
-from .dso_objects import DsoError, Reply
-from .protocol import DSO_PREFIX, HEADER_SIZE, Kind, ProtocolError, decode_dso, decode_header
-from .server_records import Connection, DsoSession, Job, Refused, live_job
+from ..wire.relay_protocol import (
+    DSO_PREFIX,
+    HEADER_SIZE,
+    Kind,
+    ProtocolError,
+    decode_dso,
+    decode_header,
+)
+from .dso.objects import DsoError, Reply
+from .dso.store import Store
+from .records import (
+    Connection,
+    DsoSession,
+    Job,
+    Refused,
+    live_job,
+)
 
 log = logging.getLogger("fmpi.relay")
 

@@ -56,8 +56,7 @@ import ssl
 import threading
 from typing import Any
 
-from .protocol import (
-    abort_cause,
+from ..wire.relay_protocol import (
     DSO_PREFIX,
     FORWARD_RANK,
     HEADER_SIZE,
@@ -65,14 +64,20 @@ from .protocol import (
     MAX_DSO_JSON,
     Kind,
     ProtocolError,
+    abort_cause,
     decode_body,
     decode_header,
     encode,
 )
-from .server_dso import DsoServing
-from .server_jobs import JobLifecycle
-from .server_records import Connection, Job, Member, Refused
-from .server_resume import absent_reason
+from .dso_serving import DsoServing
+from .jobs import JobLifecycle
+from .records import (
+    Connection,
+    Job,
+    Member,
+    Refused,
+)
+from .resume import absent_reason
 
 LINK_KINDS = ("direct", "punched", "relayed")
 

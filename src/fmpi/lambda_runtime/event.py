@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..rankspec import RankSpec, SpecError
+from ..rank.spec import RankSpec, SpecError
 
 EVENT_VERSION = 1
 CODE_DIR = "app"  # the program's directory inside the deployment zip

@@ -27,21 +27,21 @@ import socket
 import threading
 from typing import Any
 
-from .protocol import (
-    abort_cause,
+from ..rendezvous.redis import DEFAULT_TTL, RedisRank
+from ..rendezvous.redis_connect import explain, safe_url
+from ..wire.relay_protocol import (
     FORWARD_RANK,
     HEADER_SIZE,
     MAX_SERVER_FRAME,
     Kind,
     ProtocolError,
+    abort_cause,
     decode_body,
     decode_header,
     encode,
     forward_header,
 )
-from .redis_mailbox import FINISHED, JOB_GONE, RankMailbox
-from .redis_connect import explain, safe_url
-from .redis_rendezvous import DEFAULT_TTL, RedisRank
+from .mailbox import FINISHED, JOB_GONE, RankMailbox
 
 READ_SIZE = 1 << 20
 

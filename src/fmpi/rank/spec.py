@@ -7,16 +7,15 @@ here, so a malformed one fails with one clear message before any I/O.
 
 from __future__ import annotations
 
-import re
-
 import os
+import re
 import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
-from ..relay.client import parse_relay_url
-from ..relay.redis_connect import check_url as check_redis_url
-from ..relay.redis_connect import is_redis_url, safe_url
+from ..rendezvous.redis_connect import check_url as check_redis_url
+from ..rendezvous.redis_connect import is_redis_url, safe_url
+from ..rendezvous.relay_connection import parse_relay_url
 from ..transport.options import CHANNELS
 
 ENV_PREFIX = "FMPI_"

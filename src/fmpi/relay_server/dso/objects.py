@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Union
 if TYPE_CHECKING:
     import numpy as np
 
-    from .dso import Store
+    from .store import Store
 
 # numpy is imported where a reducer first needs it, not here: fmpirun embeds
 # the relay, and a job that uses no reducer should not pay numpy's import
