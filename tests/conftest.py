@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests_support import fmpirun_argv, free_port
+from tests_support import RelayProcess, fmpirun_argv, free_port
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -81,7 +81,7 @@ def mpich():
     return run_mpich
 
 
-# ---------------------------------------------------------------- a real redis-server (for tests outside tests/relay)
+# ---------------------------------------------------------------- a real redis-server (module-scoped)
 @pytest.fixture(scope="module")
 def redis_server():
     """(url, client) of a fresh redis-server on a free port, password required, nothing persisted; always stopped."""
@@ -110,3 +110,152 @@ def redis_server():
     client.close()
     proc.terminate()
     proc.wait(10)
+
+# ---------------------------------------------------------------- fmpi-relay processes
+@pytest.fixture
+def relay_process():
+    """Factory: relay_process(*extra_args) -> RelayProcess; every one started is stopped after the test."""
+    started: list[RelayProcess] = []
+
+    def start(*args: str) -> RelayProcess:
+        started.append(RelayProcess(*args))
+        return started[-1]
+
+    yield start
+    for r in started:
+        r.stop()
+
+
+@pytest.fixture(scope="module")
+def relay_pair():
+    """Two fmpi-relay processes shared by a test module (tests use their own job ids)."""
+    pair: list[RelayProcess] = []
+    try:
+        pair.append(RelayProcess())
+        pair.append(RelayProcess())
+        yield pair
+    finally:
+        for r in pair:
+            r.stop()
+
+
+# ---------------------------------------------------------------- a real Redis Cluster
+CLUSTER_PASSWORD = "pw-for-cluster-tests"
+
+
+@dataclass
+class RedisCluster:
+    """Three masters made by ``redis-cli --cluster create`` (every slot) and a fourth master that serves no
+    slot (`spare`): a job pointed at it is always redirected to the node that owns its slot."""
+
+    ports: list[int]  # the three slot owners, then the spare
+    password: str
+    clients: dict[int, object]  # port -> redis-py client of that node
+
+    def url(self, port: int, db: int = 0) -> str:
+        return f"redis://:{self.password}@127.0.0.1:{port}/{db}"
+
+    @property
+    def spare(self) -> int:
+        return self.ports[-1]
+
+    def owner(self, key: str) -> int:
+        """The port of the master serving `key`'s slot."""
+        from redis.crc import key_slot
+
+        slot = key_slot(key.encode())
+        for start, end, master, *_ in self.clients[self.ports[0]].execute_command("CLUSTER SLOTS"):
+            if start <= slot <= end:
+                return int(master[1])
+        raise AssertionError(f"no node serves slot {slot}")
+
+    def fmpi_keys(self) -> dict[int, list[bytes]]:
+        """Every node's fmpi:* keys (the nodes that have any)."""
+        found = {p: list(c.scan_iter(match="fmpi:*", count=1000)) for p, c in self.clients.items()}
+        return {p: keys for p, keys in found.items() if keys}
+
+    def evalsha_calls(self) -> dict[int, int]:
+        return {p: c.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0) for p, c in self.clients.items()}
+
+
+def _cluster_ports(count: int) -> list[int]:
+    """Free ports whose cluster bus ports (port + 10000) are free too."""
+    import random
+    import socket
+
+    ports: list[int] = []
+    while len(ports) < count:
+        port = random.randrange(20000, 45000)
+        if port in ports:
+            continue
+        try:
+            for p in (port, port + 10000):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        ports.append(port)
+    return ports
+
+
+def _cluster_ok(client, nodes: int) -> bool:
+    info = client.execute_command("CLUSTER INFO")
+    if not isinstance(info, dict):  # redis-py parses it into a dict; a raw reply is "key:value" lines
+        info = dict(line.split(":", 1) for line in info.decode().split())
+    return info["cluster_state"] == "ok" and int(info["cluster_known_nodes"]) == nodes
+
+
+@pytest.fixture(scope="module")
+def redis_cluster(tmp_path_factory):
+    """A real local Redis Cluster (see RedisCluster), password required, nothing persisted; always stopped."""
+    import redis
+
+    server, cli = shutil.which("redis-server"), shutil.which("redis-cli")
+    assert server and cli, "redis-server and redis-cli are needed (scripts/test.sh installs them)"
+    workdir = tmp_path_factory.mktemp("redis-cluster")
+    ports, password = _cluster_ports(4), CLUSTER_PASSWORD
+    procs = [
+        subprocess.Popen(
+            [
+                server, "--port", str(p), "--bind", "127.0.0.1", "--cluster-enabled", "yes",
+                "--cluster-config-file", str(workdir / f"nodes-{p}.conf"), "--cluster-node-timeout", "5000",
+                "--save", "", "--appendonly", "no", "--requirepass", password, "--masterauth", password,
+                "--dir", str(workdir),
+            ],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        for p in ports
+    ]
+    clients = {p: redis.Redis(host="127.0.0.1", port=p, password=password) for p in ports}
+    try:
+        deadline = time.monotonic() + 10
+        for client in clients.values():
+            while True:
+                try:
+                    client.ping()
+                    break
+                except redis.ConnectionError:
+                    assert time.monotonic() < deadline, "a cluster node did not start"
+                    time.sleep(0.05)
+        auth = ["-a", password, "--no-auth-warning"]
+        for argv in (
+            ["--cluster", "create", *(f"127.0.0.1:{p}" for p in ports[:3]), "--cluster-replicas", "0", "--cluster-yes"],
+            ["--cluster", "add-node", f"127.0.0.1:{ports[3]}", f"127.0.0.1:{ports[0]}"],
+        ):
+            done = subprocess.run([cli, *argv, *auth], capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0, f"redis-cli {' '.join(argv)}: {done.stdout[-2000:]}{done.stderr[-2000:]}"
+        deadline = time.monotonic() + 30
+        while not all(_cluster_ok(c, len(ports)) for c in clients.values()):
+            assert time.monotonic() < deadline, "the Redis Cluster did not reach cluster_state:ok"
+            time.sleep(0.1)
+        yield RedisCluster(ports, password, clients)
+    finally:
+        for client in clients.values():
+            client.close()
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()

@@ -46,7 +46,6 @@ KNOWN: set[tuple[str, str]] = {
     ("api", "rendezvous"),
     ("lambda_runtime", "launcher"),
     ("lambda_runtime", "transport"),
-    ("launcher", "transport"),
     ("redis_relay", "collectives"),
     ("redis_relay", "relay_server"),
 }

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import math
-import os
 import time
 from typing import Callable
 
@@ -27,10 +26,7 @@ def remaining_time() -> float:
     source = _remaining
     if source is not None:
         return max(0.0, float(source()))
-    deadline = os.environ.get("FMPI_DEADLINE")
-    if deadline:
-        try:
-            return max(0.0, float(deadline) - time.time())
-        except ValueError:
-            raise ValueError(f"FMPI_DEADLINE must be epoch seconds, not {deadline!r}") from None
-    return math.inf
+    from . import settings
+
+    deadline = settings.deadline()
+    return math.inf if deadline is None else max(0.0, deadline - time.time())

@@ -18,15 +18,20 @@ def test_readme_links_every_doc():
 
 
 def test_the_environment_table_states_the_transports_real_defaults():
-    from fmpi.transport.options import _ENV, TransportOptions
+    from fmpi import settings
+    from fmpi.transport.options import TransportOptions
 
     doc = (REPO / "docs" / "getting-started.md").read_text()
     rows = dict(re.findall(r"^\| `(FMPI_[A-Z_]+)` \| ([^|]+) \|", doc, re.M))
-    defaults = TransportOptions()
+    defaults, parsed = TransportOptions(), settings.read({})
     checked = 0
-    for name, var in _ENV.items():
-        stated = rows.get(var, "").strip()
+    for var in settings.VARIABLES:
+        stated = rows.get(var.name, "").strip()
         if re.fullmatch(r"[0-9.]+", stated):
-            assert float(stated) == getattr(defaults, name), f"docs/getting-started.md says {var} defaults to {stated}"
+            # Setting a variable to its documented default must change nothing.
+            assert settings.read({var.name: stated}) == parsed, f"docs/getting-started.md says {var.name} defaults to {stated}"
+            assert float(stated) == float(var.default), f"settings.VARIABLES gives {var.name} the default {var.default}"
             checked += 1
+    for name in ("punch_timeout", "direct_timeout", "link_timeout", "resume_timeout", "heartbeat_timeout", "relay_rejoin"):
+        assert getattr(parsed, name) == getattr(defaults, name), f"settings and TransportOptions disagree on {name}"
     assert checked >= 4

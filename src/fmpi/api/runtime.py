@@ -16,6 +16,7 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any
 
+from .. import settings
 from ..transport.engine import Engine
 from . import exceptions as err
 
@@ -49,7 +50,7 @@ def initialize(session: "RankSession | None" = None) -> None:
     the environment fmpirun set.
     """
     from ..rank.join import join
-    from ..rank.spec import RankSpec, SpecError
+    from ..rank.spec import RankSpec, SpecError, slot_in_environment
     from ..rendezvous.relay_connection import RelayError
     from .intracomm import Intracomm
 
@@ -65,7 +66,7 @@ def initialize(session: "RankSession | None" = None) -> None:
             else:
                 state.engine = Engine(0, 1, os.urandom(16), lambda _rank: [], None)
         except (SpecError, RelayError) as exc:
-            where = os.environ.get("FMPI_RANK", "?")
+            where = slot_in_environment()
             print(f"fmpi: rank {where}: cannot join the job: {exc}", file=sys.stderr)
             sys.stderr.flush()
             os._exit(1)  # not SystemExit: nothing else in this process can work
@@ -92,7 +93,7 @@ def _errhandler_from_rc():
     from .comm import ERRORS_ABORT, ERRORS_ARE_FATAL, ERRORS_RETURN
 
     rc = getattr(sys.modules.get("mpi4py"), "rc", None)
-    choice = os.environ.get("FMPI_ERRORS") or getattr(rc, "errors", None) or "exception"
+    choice = settings.current().errors or getattr(rc, "errors", None) or "exception"
     handlers = {"exception": ERRORS_RETURN, "default": ERRORS_ARE_FATAL, "fatal": ERRORS_ARE_FATAL, "abort": ERRORS_ABORT}
     if choice not in handlers:
         print(f"fmpi: mpi4py.rc.errors / FMPI_ERRORS must be one of {', '.join(handlers)}, not {choice!r}; using 'exception'",

@@ -92,11 +92,11 @@ and tests:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from .. import settings
 from . import (
     allgather_recursive_doubling,
     allgather_ring,
@@ -108,7 +108,6 @@ from . import (
     bcast_binomial,
     bcast_scatter_allgather,
     gather_binomial,
-    server_side,
     gather_linear,
     reduce_binomial,
     reduce_ring_gather,
@@ -117,6 +116,7 @@ from . import (
     scan_recursive_doubling,
     scatter_binomial,
     scatter_linear,
+    server_side,
 )
 from .channel import Channel
 from .options import (
@@ -185,29 +185,21 @@ class _Config:
         self.generation = 0  # bumped whenever the settings change (callers remember choices per generation)
 
     def load(self) -> None:
-        values = {}
-        for f in fields(Tuning):
-            name = f"FMPI_COLL_{f.name.upper()}"
-            raw = os.environ.get(name)
-            if raw:
-                try:
-                    values[f.name] = _parse_bytes(raw)
-                except ValueError:
-                    raise ValueError(f"{name}={raw!r}: expected a number of bytes such as 65536, 64K or 1M") from None
-        self.tuning = Tuning(**values)
-        self.forced = parse_forced(os.environ.get("FMPI_COLL_ALGO", ""))
+        """The environment's settings (read again: tests and benchmarks change it between calls)."""
+        current = settings.read()
+        known = {f.name for f in fields(Tuning)}
+        unknown = sorted(set(current.coll_knobs) - known)
+        if unknown:
+            raise ValueError(
+                f"unknown collectives knob {', '.join('FMPI_COLL_' + k.upper() for k in unknown)} "
+                f"(known: {', '.join('FMPI_COLL_' + k.upper() for k in sorted(known))})"
+            )
+        self.tuning = Tuning(**current.coll_knobs)
+        self.forced = parse_forced(current.coll_algo)
         self.generation += 1
 
 
 _config = _Config()
-
-
-def _parse_bytes(text: str) -> int:
-    text = text.strip().lower()
-    for suffix, scale in (("kib", KiB), ("mib", MiB), ("gib", GiB), ("k", KiB), ("m", MiB), ("g", GiB), ("b", 1)):
-        if text.endswith(suffix):
-            return int(float(text[: -len(suffix)]) * scale)
-    return int(text)
 
 
 def parse_forced(spec: str) -> dict[str, str]:

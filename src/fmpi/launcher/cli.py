@@ -19,6 +19,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from .. import settings
 from ..rank.shim_path import SHIM_DIR
 from ..rank.spec import (
     DEFAULT_FILL_TIMEOUT,
@@ -26,13 +27,13 @@ from ..rank.spec import (
     SpecError,
     check_relay_url,
     display_url,
+    token_in_environment,
 )
 from ..relay_server.server import RelayThread
 from ..rendezvous.relay_connection import RelayError
-from ..transport.options import TransportOptions
-from ..transport.stats import describe_event
 from . import bytecode, closed_output
 from .job import Job, log
+from .link_table import describe_event
 from .local import BIND_CHOICES, _fmpi_root, run_local
 from .relays import host_objects
 
@@ -132,7 +133,7 @@ def _launch(args: argparse.Namespace) -> int:
 
     try:
         # The ranks read these; a mistake is cheaper to report here, once, than on every rank.
-        transport = TransportOptions.from_env()
+        transport = settings.read()
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     relay = None
@@ -219,7 +220,7 @@ def _serve_join(job: Job, relay_url: str) -> int:
 def _join(args: argparse.Namespace) -> int:
     if not args.job or args.size is None:
         raise UsageError("--join needs --job ID and --size N")
-    token = os.environ.get("FMPI_TOKEN")
+    token = token_in_environment()
     if not token:
         raise UsageError("set FMPI_TOKEN to the job's token (fmpirun --print-join shows it)")
     command = resolve_command(args.command)

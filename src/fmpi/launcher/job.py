@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from .. import settings
 from ..rank.spec import RankSpec, display_url
 from ..rendezvous.redis import RedisJob
 from ..rendezvous.redis_connect import is_redis_url
@@ -22,9 +23,8 @@ from ..rendezvous.relay_connection import (
     RelayError,
     open_with,
 )
-from ..transport.options import TransportOptions
-from ..transport.stats import LinkTable
 from ..wire.relay_protocol import Kind
+from .link_table import LinkTable
 
 
 @dataclass
@@ -84,7 +84,7 @@ class Job:
             self._redis = RedisJob(relay_url, self.id, self.token, size, fill_timeout, self._on_redis_event)
             return
         # A relay that restarts mid-job gets the job again (resume) if it is back within this long.
-        self._rejoin_within = 0.0 if embedded_relay else TransportOptions.from_env().relay_rejoin
+        self._rejoin_within = 0.0 if embedded_relay else settings.current().relay_rejoin
         self._conn = self._create()
         self._thread = threading.Thread(target=self._follow, name="fmpi-job-events", daemon=True)
         self._thread.start()

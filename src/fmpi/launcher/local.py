@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from .. import settings
 from ..rank.shim_path import SHIM_DIR
-from ..transport.spinning import YIELD_SPIN
 from . import closed_output
 from .job import Job
 
@@ -92,7 +92,7 @@ def rank_environment(job: Job, rank: int, base: dict[str, str]) -> dict[str, str
     if job.size > cores:
         # More ranks than cores: a rank that polls in a wait must give its core to the peers that
         # have work (sched_yield), and may poll longer: those peers' turns come before the reply.
-        env.setdefault("FMPI_SPIN_US", str(int(YIELD_SPIN * 1e6)))
+        env.setdefault("FMPI_SPIN_US", str(settings.YIELD_SPIN_US))
         env.setdefault("FMPI_SPIN_YIELD", "1")
     env.update(job.spec(rank).to_env())
     env["PYTHONPATH"] = os.pathsep.join(p for p in (SHIM_DIR, _fmpi_root(), base.get("PYTHONPATH", "")) if p)

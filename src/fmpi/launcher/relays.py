@@ -9,7 +9,7 @@ from ..rendezvous.relay_connection import relay_addresses
 
 if TYPE_CHECKING:
     from ..dso_client.client import DsoHost
-    from .job import Job, log
+    from .job import Job
 
 
 def host_objects(job: Job, relay_url: str) -> DsoHost | None:

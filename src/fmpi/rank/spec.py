@@ -51,6 +51,16 @@ def display_url(url: str) -> str:
     return safe_url(url) if is_redis_url(url) else url
 
 
+def slot_in_environment(env: Mapping[str, str] = os.environ) -> str:
+    """The rank slot fmpirun gave this process, for messages written before the spec could be read ("?")."""
+    return env.get(ENV_PREFIX + "RANK", "?")
+
+
+def token_in_environment(env: Mapping[str, str] = os.environ) -> str | None:
+    """The job token a rank joined by hand takes from FMPI_TOKEN (fmpirun --join)."""
+    return env.get(ENV_PREFIX + "TOKEN") or None
+
+
 @dataclass(frozen=True)
 class RankSpec:
     job: str

@@ -10,11 +10,11 @@ runs is not followed: the MOVED reply becomes a clear error (``explain``).
 
 from __future__ import annotations
 
-import os
 import socket
 from typing import Any
 from urllib.parse import urlsplit
 
+from .. import settings
 from .relay_connection import RelayError, local_ip_towards
 
 
@@ -183,8 +183,9 @@ def _connect(url: str, timeout: float, source: tuple[str, int] | None):
     tls = urlsplit(url).scheme == "rediss"
     if source is not None:
         extra["connection_class"] = _bound_connection_class(source, tls)
-    if tls and os.environ.get("FMPI_TLS_CA") and "ssl_ca_certs=" not in url:
-        extra["ssl_ca_certs"] = os.environ["FMPI_TLS_CA"]
+    ca = settings.tls_ca()
+    if tls and ca and "ssl_ca_certs=" not in url:
+        extra["ssl_ca_certs"] = ca
     client = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=None, health_check_interval=0, **extra)
     try:
         client.ping()

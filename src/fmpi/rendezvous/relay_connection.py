@@ -8,7 +8,6 @@ that is set (a private CA, or a self-signed relay certificate).
 
 from __future__ import annotations
 
-import os
 import socket
 import ssl
 import struct
@@ -17,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from .. import settings
 from ..wire.relay_protocol import (
     HEADER_SIZE,
     MAX_SERVER_FRAME,
@@ -111,7 +111,7 @@ TLS_CA_ENV = "FMPI_TLS_CA"
 
 def tls_client_context() -> ssl.SSLContext:
     """What a client trusts in a relay: the system's CAs, or only the PEM file named by FMPI_TLS_CA."""
-    cafile = os.environ.get(TLS_CA_ENV) or None
+    cafile = settings.tls_ca()
     try:
         return ssl.create_default_context(cafile=cafile)
     except (OSError, ssl.SSLError) as exc:
@@ -125,7 +125,7 @@ def _wrap_tls(sock: socket.socket, url: str, host: str) -> ssl.SSLSocket:
         return context.wrap_socket(sock, server_hostname=host)
     except ssl.SSLCertVerificationError as exc:
         hint = (
-            f"it is not signed by the CA in {TLS_CA_ENV}" if os.environ.get(TLS_CA_ENV)
+            f"it is not signed by the CA in {TLS_CA_ENV}" if settings.tls_ca()
             else f"if it is signed by a private CA, set {TLS_CA_ENV}=/path/to/ca.pem"
         )
         raise RelayError(

@@ -20,12 +20,12 @@ waits on it (``_fail_peer_locked``), with an error that says why.
 
 from __future__ import annotations
 
-import os
 import socket
 import sys
 import time
 from typing import Any, Protocol
 
+from .. import settings
 from ..wire.rank_frames import FrameError, Kind
 from ..wire.relay_protocol import Kind as RelayKind
 from ..wire.relay_protocol import ProtocolError
@@ -38,7 +38,7 @@ from .requests import Op, SendOp, TransportError, peer_died
 from .shm_lane import LaneReader, LaneWriter, lane_path
 from .stream import Carrier
 
-DEBUG = bool(os.environ.get("FMPI_DEBUG_LINKS"))  # trace link set-up and failover on stderr
+DEBUG = settings.current().debug_links  # trace link set-up and failover on stderr
 
 
 

@@ -26,29 +26,17 @@ experiment overrides from the environment:
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping
 
+from .. import settings
 from .shm_lane import DEFAULT_CAPACITY
 from .spinning import default_spin
 
 #: auto: plain connect when the peer is reachable as is, else punch, else relay.
 #: direct: plain connect only. punch: always punch (even on a LAN), never relay.
 #: relay: every link through the relay.
-CHANNELS = ("auto", "direct", "punch", "relay")
-
-_ENV = {
-    "channel": "FMPI_CHANNEL",
-    "punch_timeout": "FMPI_PUNCH_TIMEOUT",
-    "link_timeout": "FMPI_LINK_TIMEOUT",
-    "resume_timeout": "FMPI_RESUME_TIMEOUT",
-    "direct_timeout": "FMPI_DIRECT_TIMEOUT",
-    "heartbeat_timeout": "FMPI_HEARTBEAT_TIMEOUT",
-    "op_timeout": "FMPI_TIMEOUT",
-    "relay_rejoin": "FMPI_RELAY_REJOIN",
-}
-
+CHANNELS = settings.CHANNELS
 
 @dataclass(frozen=True)
 class TransportOptions:
@@ -94,39 +82,16 @@ class TransportOptions:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> "TransportOptions":
-        """Defaults, then the FMPI_* variables that are set, then `overrides`."""
-        env = os.environ if env is None else env
-        values: dict[str, Any] = {}
-        for name, var in _ENV.items():
-            raw = env.get(var, "").strip()
-            if not raw:
-                continue
-            if name == "channel":
-                values[name] = raw.lower()
-                continue
-            try:
-                values[name] = float(raw)
-            except ValueError:
-                raise ValueError(f"{var} must be a number of seconds, not {raw!r}") from None
-        spin = env.get("FMPI_SPIN_US", "").strip()
-        if spin:
-            try:
-                values["spin"] = float(spin) * 1e-6
-            except ValueError:
-                raise ValueError(f"FMPI_SPIN_US must be a number of microseconds, not {spin!r}") from None
-        else:
-            values["spin"] = default_spin(env)
-        spin_yield = env.get("FMPI_SPIN_YIELD", "").strip()
-        if spin_yield:
-            if spin_yield not in ("0", "1"):
-                raise ValueError(f"FMPI_SPIN_YIELD must be 0 or 1 (yield the core between polls in a wait), not {spin_yield!r}")
-            values["spin_yield"] = spin_yield == "1"
-        shm = env.get("FMPI_SHM", "").strip()
-        if shm:
-            if shm not in ("0", "1"):
-                raise ValueError(f"FMPI_SHM must be 0 (no shared-memory lanes) or 1, not {shm!r}")
-            if shm == "0":
-                values["lane_capacity"] = 0
+        """Defaults, then the FMPI_* variables that are set (``fmpi.settings``), then `overrides`."""
+        s = settings.current() if env is None else settings.read(env)
+        values: dict[str, Any] = {
+            "channel": s.channel, "punch_timeout": s.punch_timeout, "link_timeout": s.link_timeout,
+            "resume_timeout": s.resume_timeout, "direct_timeout": s.direct_timeout,
+            "heartbeat_timeout": s.heartbeat_timeout, "op_timeout": s.op_timeout, "relay_rejoin": s.relay_rejoin,
+            "spin": default_spin(env) if s.spin is None else s.spin, "spin_yield": s.spin_yield,
+        }
+        if not s.shm:
+            values["lane_capacity"] = 0
         values.update(overrides)
         return cls(**values)
 

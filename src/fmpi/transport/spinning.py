@@ -35,8 +35,6 @@ from typing import Mapping
 #: Default spin when the rank has a CPU to itself. A peer's fmpi turns a
 #: message around in 20-40 µs; the spin must outlast that to catch the reply.
 DEFAULT_SPIN = 100e-6
-#: The spin fmpirun gives yielding waits (more ranks than cores): several peers' turns on the core.
-YIELD_SPIN = 1e-3
 #: Spins in a row that caught nothing before waits only sleep.
 MISSES = 8
 #: A Lambda function gets one full vCPU at this much memory (AWS documentation).

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
+from ... import settings
 from ...lambda_runtime.event import CODE_DIR
 
 ZIP_LIMIT = 50 * 1024 * 1024  # bytes: Lambda's limit for a zip uploaded with the API call (larger ones go through S3)
@@ -107,30 +108,25 @@ def lambda_architecture() -> str:
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("FMPI_CACHE_DIR") or Path.home() / ".cache" / "fmpi")
+    return Path(_settings().cache_dir or Path.home() / ".cache" / "fmpi")
 
 
 def direct_upload_limit() -> int:
     """Bytes: a larger zip is deployed through S3 (Lambda's 50 MB, unless ``FMPI_LAMBDA_ZIP_LIMIT`` lowers it)."""
-    return _limit(ZIP_LIMIT_ENV, ZIP_LIMIT)
+    return min(_settings().lambda_zip_limit or ZIP_LIMIT, ZIP_LIMIT)  # Lambda's own limit cannot be raised
 
 
 def unzipped_limit() -> int:
     """Bytes: Lambda refuses a larger unzipped function (250 MB, unless ``FMPI_LAMBDA_UNZIPPED_LIMIT`` lowers it)."""
-    return _limit(UNZIPPED_LIMIT_ENV, UNZIPPED_LIMIT)
+    return min(_settings().lambda_unzipped_limit or UNZIPPED_LIMIT, UNZIPPED_LIMIT)
 
 
-def _limit(variable: str, default: int) -> int:
-    raw = os.environ.get(variable, "").strip()
-    if not raw:
-        return default
+def _settings() -> settings.Settings:
+    """The launcher's FMPI_* settings, read at each packaging step (a bad value is a packaging error)."""
     try:
-        value = int(raw)
-    except ValueError:
-        raise PackagingError(f"{variable} must be a number of bytes, not {raw!r}") from None
-    if value <= 0:
-        raise PackagingError(f"{variable} must be positive, not {value}")
-    return min(value, default)  # Lambda's own limit cannot be raised
+        return settings.read()
+    except ValueError as exc:
+        raise PackagingError(str(exc)) from None
 
 
 def build_bundle(

@@ -14,7 +14,8 @@ import sys
 import time
 
 import pytest
-from test_tls import JOB, _make_pki
+from tls_support import JOB
+from tls_support import make_pki as _make_pki
 from tests_support import fmpirun_argv, free_port
 
 from fmpi.natpunch.simultaneous_open import bind_reusable

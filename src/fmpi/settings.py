@@ -1,0 +1,239 @@
+"""Every ``FMPI_*`` environment variable: read once, checked, typed, documented in one table.
+
+Modules never read ``os.environ`` for an ``FMPI_*`` setting; they ask
+``settings.current()`` (the process's environment, read on first use) or take
+a ``Settings`` made by ``read(env)`` (a rank spec, a test). A bad value is one
+``ValueError`` naming the variable and what it accepts.
+
+``VARIABLES`` is the table: ``fmpirun --help-env`` prints it and
+docs/getting-started.md shows it (a docs test keeps the two in step). The
+variables fmpirun itself sets for each rank (``FMPI_JOB``, ``FMPI_RANK``, ...)
+are listed too, marked ``set by fmpirun``: they are the rank's ``RankSpec``
+(rank/spec.py parses them), not tuning.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Mapping
+
+CHANNELS = ("auto", "direct", "punch", "relay")
+ERROR_HANDLERS = ("exception", "default", "fatal", "abort")
+COLL_PREFIX = "FMPI_COLL_"
+#: The spin (microseconds) fmpirun gives yielding waits when ranks outnumber cores: several peers' turns on a core.
+YIELD_SPIN_US = 1000
+
+
+@dataclass(frozen=True)
+class Variable:
+    name: str
+    default: str  # as the user would write it ("" = unset)
+    doc: str
+    set_by_fmpirun: bool = False
+
+
+VARIABLES: tuple[Variable, ...] = (
+    # how links are made, and how long things may take
+    Variable("FMPI_CHANNEL", "auto", "how links are made: auto (direct or punched where possible, relayed where not), "
+             "direct, punch (never relay) or relay (every link through the relay)"),
+    Variable("FMPI_PUNCH_TIMEOUT", "3", "seconds for one hole punch before the link falls back to the relay"),
+    Variable("FMPI_DIRECT_TIMEOUT", "2", "seconds for one plain connect to a peer thought reachable"),
+    Variable("FMPI_LINK_TIMEOUT", "5", "seconds of silence after which an established TCP link counts as dead"),
+    Variable("FMPI_RESUME_TIMEOUT", "20", "seconds a peer has to answer a resume through the relay after a link failed"),
+    Variable("FMPI_HEARTBEAT_TIMEOUT", "4", "seconds of silence from the relay after which a rank counts it as gone"),
+    Variable("FMPI_RELAY_REJOIN", "30", "seconds a rank waits for a lost relay to come back (a restart); 0: give up at once"),
+    Variable("FMPI_TIMEOUT", "", "seconds after which a blocking operation fails and every rank says what it waits "
+             "for (hang diagnosis); unset: wait forever"),
+    # waiting and shared memory
+    Variable("FMPI_SPIN_US", "100", "microseconds a blocking wait polls before it sleeps (0: never; default 100 when "
+             "the rank has a whole CPU, else 0)"),
+    Variable("FMPI_SPIN_YIELD", "0", "1: yield the core between those polls (fmpirun sets it when ranks outnumber cores)"),
+    Variable("FMPI_SHM", "1", "0: no shared-memory lanes between ranks on one host (TCP only)"),
+    # collectives
+    Variable("FMPI_COLL_ALGO", "", "force collective algorithms, e.g. allreduce:ring,bcast:scatter_allgather "
+             "(collectives/table.py lists them)"),
+    Variable("FMPI_COLL_<KNOB>", "", "move a threshold of the collectives table, in bytes (65536, 64K, 1M), e.g. "
+             "FMPI_COLL_SEGMENT or FMPI_COLL_ALLREDUCE_RING_MIN"),
+    # errors and limits
+    Variable("FMPI_ERRORS", "exception", "what an MPI error does, as mpi4py.rc.errors: exception, default/fatal, abort"),
+    Variable("FMPI_DEADLINE", "", "epoch seconds of this rank's platform deadline (fmpi.remaining_time())"),
+    Variable("FMPI_TLS_CA", "", "PEM file of the CA that signed a tls:// relay's or rediss:// Redis's certificate"),
+    Variable("FMPI_DEBUG_LINKS", "", "1: trace link set-up and failover on stderr"),
+    # the Lambda backend (launcher side)
+    Variable("FMPI_CACHE_DIR", "~/.cache/fmpi", "where fmpirun keeps built Lambda packages"),
+    Variable("FMPI_LAMBDA_ZIP_LIMIT", "52428800", "bytes: a larger package is deployed through S3 (may only be lowered)"),
+    Variable("FMPI_LAMBDA_UNZIPPED_LIMIT", "262144000", "bytes: Lambda's limit on an unzipped function (may only be lowered)"),
+    # what fmpirun gives each rank
+    Variable("FMPI_JOB", "", "the job id", set_by_fmpirun=True),
+    Variable("FMPI_RANK", "", "this rank's slot", set_by_fmpirun=True),
+    Variable("FMPI_SIZE", "", "the number of ranks", set_by_fmpirun=True),
+    Variable("FMPI_RELAY", "", "the relay URL", set_by_fmpirun=True),
+    Variable("FMPI_TOKEN", "", "the job's secret (also what fmpirun --join reads)", set_by_fmpirun=True),
+    Variable("FMPI_INCARNATION", "", "this start of the rank", set_by_fmpirun=True),
+    Variable("FMPI_FILL_TIMEOUT", "", "seconds the world may take to fill", set_by_fmpirun=True),
+    Variable("FMPI_REJOIN", "", "seconds to wait for a lost relay (0 when the relay lives in fmpirun)", set_by_fmpirun=True),
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The FMPI_* environment, parsed. Fields are None where the variable is unset and the default depends on
+    where the rank runs (``spin``) or on who asks (``op_timeout``: wait forever)."""
+
+    channel: str = "auto"
+    punch_timeout: float = 3.0
+    direct_timeout: float = 2.0
+    link_timeout: float = 5.0
+    resume_timeout: float = 20.0
+    heartbeat_timeout: float = 4.0
+    relay_rejoin: float = 30.0
+    op_timeout: float | None = None
+    spin: float | None = None  # seconds (FMPI_SPIN_US / 1e6); None: transport/spinning.default_spin decides
+    spin_yield: bool = False
+    shm: bool = True
+    coll_algo: str = ""
+    coll_knobs: dict[str, int] = field(default_factory=dict)  # FMPI_COLL_SEGMENT=64K -> {"segment": 65536}
+    errors: str | None = None
+    deadline: float | None = None
+    tls_ca: str | None = None
+    debug_links: bool = False
+    cache_dir: str | None = None
+    lambda_zip_limit: int | None = None
+    lambda_unzipped_limit: int | None = None
+
+
+def read(env: Mapping[str, str] | None = None) -> Settings:
+    """Parse the FMPI_* variables of `env` (default: this process's environment)."""
+    env = os.environ if env is None else env
+
+    def raw(name: str) -> str:
+        return env.get(name, "").strip()
+
+    values: dict[str, object] = {}
+    channel = raw("FMPI_CHANNEL").lower()
+    if channel:
+        if channel not in CHANNELS:
+            raise ValueError(f"FMPI_CHANNEL must be one of {', '.join(CHANNELS)}, not {channel!r}")
+        values["channel"] = channel
+    for attr, name in (
+        ("punch_timeout", "FMPI_PUNCH_TIMEOUT"), ("direct_timeout", "FMPI_DIRECT_TIMEOUT"),
+        ("link_timeout", "FMPI_LINK_TIMEOUT"), ("resume_timeout", "FMPI_RESUME_TIMEOUT"),
+        ("heartbeat_timeout", "FMPI_HEARTBEAT_TIMEOUT"), ("op_timeout", "FMPI_TIMEOUT"),
+    ):
+        if raw(name):
+            values[attr] = seconds(name, raw(name), allow_zero=False)
+    if raw("FMPI_RELAY_REJOIN"):
+        values["relay_rejoin"] = seconds("FMPI_RELAY_REJOIN", raw("FMPI_RELAY_REJOIN"), allow_zero=True)
+    if raw("FMPI_SPIN_US"):
+        micros = _number("FMPI_SPIN_US", raw("FMPI_SPIN_US"), "a number of microseconds")
+        if not micros >= 0:
+            raise ValueError(f"FMPI_SPIN_US must be 0 or more microseconds, not {micros!r}")
+        values["spin"] = micros * 1e-6
+    if raw("FMPI_SPIN_YIELD"):
+        values["spin_yield"] = _flag("FMPI_SPIN_YIELD", raw("FMPI_SPIN_YIELD"), "0 or 1 (yield the core between polls in a wait)")
+    if raw("FMPI_SHM"):
+        values["shm"] = _flag("FMPI_SHM", raw("FMPI_SHM"), "0 (no shared-memory lanes) or 1")
+    values["debug_links"] = bool(raw("FMPI_DEBUG_LINKS"))
+    values["coll_algo"] = raw("FMPI_COLL_ALGO")
+    values["coll_knobs"] = {
+        name[len(COLL_PREFIX):].lower(): parse_bytes(name, value)
+        for name, value in env.items()
+        if name.startswith(COLL_PREFIX) and name != "FMPI_COLL_ALGO" and value.strip()
+    }
+    errors = raw("FMPI_ERRORS")
+    if errors:
+        if errors not in ERROR_HANDLERS:
+            raise ValueError(f"FMPI_ERRORS must be one of {', '.join(ERROR_HANDLERS)}, not {errors!r}")
+        values["errors"] = errors
+    values["deadline"] = deadline(env)
+    values["tls_ca"] = tls_ca(env)
+    values["cache_dir"] = raw("FMPI_CACHE_DIR") or None
+    for attr, name in (("lambda_zip_limit", "FMPI_LAMBDA_ZIP_LIMIT"), ("lambda_unzipped_limit", "FMPI_LAMBDA_UNZIPPED_LIMIT")):
+        if raw(name):
+            values[attr] = _positive_int(name, raw(name))
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+_current: Settings | None = None
+
+
+def current() -> Settings:
+    """This process's settings, read from the environment on first use."""
+    global _current
+    if _current is None:
+        _current = read()
+    return _current
+
+
+def reload() -> Settings:
+    """Read the environment again (after a test or a program changed it)."""
+    global _current
+    _current = None
+    return current()
+
+
+def deadline(env: Mapping[str, str] | None = None) -> float | None:
+    """FMPI_DEADLINE as epoch seconds, read at each call: the Lambda handler moves it with every invocation."""
+    text = (os.environ if env is None else env).get("FMPI_DEADLINE", "").strip()
+    return _number("FMPI_DEADLINE", text, "epoch seconds") if text else None
+
+
+def tls_ca(env: Mapping[str, str] | None = None) -> str | None:
+    """FMPI_TLS_CA, read at each connection (a program may set it before it connects)."""
+    return (os.environ if env is None else env).get("FMPI_TLS_CA", "").strip() or None
+
+
+# ------------------------------------------------------------------ parsers
+def seconds(name: str, text: str, allow_zero: bool) -> float:
+    value = _number(name, text, "a number of seconds")
+    if value < 0 or (value == 0 and not allow_zero) or math.isnan(value):
+        raise ValueError(f"{name} must be {'0 or more' if allow_zero else 'a positive number of'} seconds, not {text!r}")
+    return value
+
+
+def parse_bytes(name: str, text: str) -> int:
+    """'65536', '64K', '64KiB', '1M', '1.5g' -> bytes."""
+    units = (("kib", 1 << 10), ("mib", 1 << 20), ("gib", 1 << 30), ("k", 1 << 10), ("m", 1 << 20), ("g", 1 << 30), ("b", 1))
+    cleaned = text.strip().lower()
+    try:
+        for suffix, scale in units:
+            if cleaned.endswith(suffix):
+                return int(float(cleaned[: -len(suffix)]) * scale)
+        return int(cleaned)
+    except ValueError:
+        raise ValueError(f"{name}={text!r}: expected a number of bytes such as 65536, 64K or 1M") from None
+
+
+def _number(name: str, text: str, what: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"{name} must be {what}, not {text!r}") from None
+
+
+def _flag(name: str, text: str, accepted: str) -> bool:
+    if text not in ("0", "1"):
+        raise ValueError(f"{name} must be {accepted}, not {text!r}")
+    return text == "1"
+
+
+def _positive_int(name: str, text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{name} must be a number of bytes, not {text!r}") from None
+    if value <= 0:
+        raise ValueError(f"{name} must be positive, not {value}")
+    return value
+
+
+def help_text() -> str:
+    """The table as ``fmpirun --help-env`` prints it."""
+    width = max(len(v.name) for v in VARIABLES)
+    lines = ["Environment variables (read by every rank unless marked):", ""]
+    for v in VARIABLES:
+        default = " [set by fmpirun]" if v.set_by_fmpirun else (f" [default {v.default}]" if v.default else "")
+        lines.append(f"  {v.name:<{width}}  {v.doc}{default}")
+    return "\n".join(lines)
