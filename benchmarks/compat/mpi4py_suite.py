@@ -231,16 +231,22 @@ def worker(argv: list[str]) -> int:
     emit({"kind": "start", "rank": rank, "size": size, "pid": os.getpid(), "tests": [t.id() for t in tests], **info})
 
     class Result(unittest.TestResult):
+        # With subtests, unittest reports a failing subtest only through addSubTest and a skipped
+        # one through addSkip(subtest), and then neither addSuccess nor addFailure for the test:
+        # stopTest writes the test's end record when nothing else did.
         def startTest(self, test):
             super().startTest(test)
             self._sub = None
+            self._subskip = None
+            self._ended = False
             self._t0 = time.monotonic()
             emit({"kind": "begin", "test": test.id()})
 
-        def _end(self, test, outcome, err=None):
-            rec = {"kind": "end", "test": test.id(), "outcome": outcome, "duration": round(time.monotonic() - getattr(self, "_t0", time.monotonic()), 4)}
+        def _end(self, test, outcome, err=None, **extra):
+            rec = {"kind": "end", "test": test.id(), "outcome": outcome, "duration": round(time.monotonic() - getattr(self, "_t0", time.monotonic()), 4), **extra}
             if err is not None:
                 rec.update(_exc_info_record(err))
+            self._ended = True
             emit(rec)
 
         def addSuccess(self, test):
@@ -263,7 +269,10 @@ def worker(argv: list[str]) -> int:
 
         def addSkip(self, test, reason):
             super().addSkip(test, reason)
-            emit({"kind": "end", "test": test.id(), "outcome": "skipped", "message": str(reason)[:300]})
+            if isinstance(test, unittest.case._SubTest):
+                self._subskip = self._subskip or str(reason)[:300]
+                return
+            self._end(test, "skipped", message=str(reason)[:300])
 
         def addExpectedFailure(self, test, err):
             super().addExpectedFailure(test, err)
@@ -271,7 +280,7 @@ def worker(argv: list[str]) -> int:
 
         def addUnexpectedSuccess(self, test):
             super().addUnexpectedSuccess(test)
-            emit({"kind": "end", "test": test.id(), "outcome": "failure", "exc_type": "UnexpectedSuccess", "message": ""})
+            self._end(test, "failure", exc_type="UnexpectedSuccess", message="")
 
         def addSubTest(self, test, subtest, err):
             super().addSubTest(test, subtest, err)
@@ -280,6 +289,13 @@ def worker(argv: list[str]) -> int:
                 self._sub = (outcome, err)
 
         def stopTest(self, test):
+            if not self._ended:
+                if self._sub is not None:
+                    self._end(test, *self._sub)
+                elif self._subskip is not None:
+                    self._end(test, "skipped", message=self._subskip)
+                else:
+                    self._end(test, "passed")
             super().stopTest(test)
 
     result = Result()
@@ -415,10 +431,14 @@ def launch_argv(impl: str, n: int, worker_args: list[str], mpiexec: str) -> list
     return [mpiexec, "-n", str(n), sys.executable, me, "_worker", *worker_args]
 
 
-def job_env(impl: str, marker: str) -> dict[str, str]:
+def job_env(impl: str, marker: str, testdir: Path) -> dict[str, str]:
     env = dict(os.environ)
     env[MARKER_VAR] = marker
-    env.pop("PYTHONPATH", None)  # fmpirun adds its shim; MPICH's ranks must see the real mpi4py
+    # Only the test directory (fmpirun puts its shim before it; MPICH's ranks must see the real
+    # mpi4py). When runtests.py is __main__, processes that mpi4py.futures / mpi4py.util.pool spawn
+    # re-run __main__ and so find the test modules beside it; our worker is __main__ instead, so
+    # they find them through PYTHONPATH.
+    env["PYTHONPATH"] = str(testdir)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env.setdefault("OMP_NUM_THREADS", "1")
     if impl != "mpich":
@@ -442,7 +462,7 @@ def run_attempt(impl, n, module, testdir, workdir, skip, timeout, stall, done_gr
         proc = subprocess.Popen(
             launch_argv(impl, n, args, mpiexec),
             cwd=str(testdir),
-            env=job_env(impl, marker),
+            env=job_env(impl, marker, testdir),
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -684,6 +704,7 @@ def aggregate(results: list[dict]) -> dict:
     """Totals per impl and N, and failure causes (exception type + normalized message) per impl."""
     totals: dict[str, dict[str, dict[str, int]]] = {}
     causes: dict[str, dict[tuple[str, str], dict]] = {}
+    skips: dict[str, dict[str, dict]] = {}
     mpich_runs = {(r["n"], r["file"]): r["counts"]["run"] for r in results if r["impl"] == "mpich"}
     for r in results:
         t = totals.setdefault(r["impl"], {}).setdefault(str(r["n"]), dict.fromkeys(COUNT_KEYS, 0))
@@ -692,6 +713,12 @@ def aggregate(results: list[dict]) -> dict:
         t["files"] = t.get("files", 0) + 1
         t["files_ok"] = t.get("files_ok", 0) + (r["status"] == "ok")
         for test, entry in r["tests"].items():
+            if entry["outcome"] == "skipped":
+                reason = entry.get("message") or "?"
+                sk = skips.setdefault(r["impl"], {}).setdefault(reason, {"reason": reason, "count": 0, "files": []})
+                sk["count"] += 1
+                if r["file"] not in sk["files"]:
+                    sk["files"].append(r["file"])
             if entry["outcome"] not in ("error", "failure", "hang", "crash"):
                 continue
             key = cause_key(entry)
@@ -709,7 +736,8 @@ def aggregate(results: list[dict]) -> dict:
             if "traceback" in entry and "traceback" not in c:
                 c["traceback"] = entry["traceback"]
     ranked = {impl: sorted(d.values(), key=lambda c: (-c["count"], -c["weight"], c["exc_type"], c["message"])) for impl, d in causes.items()}
-    return {"totals": totals, "causes": ranked}
+    skipped = {impl: sorted(d.values(), key=lambda k: (-k["count"], k["reason"])) for impl, d in skips.items()}
+    return {"totals": totals, "causes": ranked, "skips": skipped}
 
 
 # ---------------------------------------------------------------------------
@@ -770,6 +798,16 @@ def markdown(report: dict, top: int = 25) -> str:
             msg = c["message"].replace("|", "\\|")
             fl = ", ".join(c["files"][:6]) + (f", … (+{len(c['files']) - 6})" if len(c["files"]) > 6 else "")
             lines.append(f"| {i} | {c['count']} | {c['weight']} | {c['outcome']} | `{c['exc_type']}` | {msg} | {','.join(map(str, sorted(c['ns'])))} | {fl} |")
+    for impl in impls:
+        sk = agg.get("skips", {}).get(impl, [])
+        lines.append("")
+        lines.append(f"## Skip reasons, {impl} (test×N)")
+        lines.append("")
+        lines.append("| count | reason | files |")
+        lines.append("|---|---|---|")
+        for k in sk[:top]:
+            fl = ", ".join(k["files"][:6]) + (f", … (+{len(k['files']) - 6})" if len(k["files"]) > 6 else "")
+            lines.append(f"| {k['count']} | {k['reason'].replace('|', '/')} | {fl} |")
     hangs = [(r["impl"], r["n"], r["file"], t) for r in results for t, e in r["tests"].items() if e["outcome"] == "hang"]
     lines.append("")
     lines.append(f"## Hung tests ({len(hangs)})")

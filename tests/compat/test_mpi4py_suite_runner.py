@@ -171,7 +171,7 @@ def test_the_runner_on_two_small_files_of_mpi4pys_suite(tmp_path):
     assert "[1/8] fmpi  N=1 test_p2p_obj" in proc.stdout  # progress on stdout
     report = json.loads(out.read_text())
     assert set(report) == {"meta", "results", "aggregate"}
-    assert set(report["aggregate"]) == {"totals", "causes"}
+    assert set(report["aggregate"]) == {"totals", "causes", "skips"}
     by = {(r["impl"], r["n"], r["file"]): r for r in report["results"]}
     assert set(by) == {(i, n, f) for i in ("fmpi", "mpich") for n in (1, 2) for f in ("test_status", "test_p2p_obj")}
     for r in by.values():
