@@ -190,3 +190,79 @@ def test_the_runner_on_two_small_files_of_mpi4pys_suite(tmp_path):
     assert report["aggregate"]["totals"]["mpich"]["2"]["passed"] > 50
     text = md.read_text()
     assert "## Totals" in text and "| test_p2p_obj |" in text
+
+
+FAKE_MPI = """
+class _Comm:
+    def Get_rank(self): return 0
+    def Get_size(self): return 1
+COMM_WORLD = _Comm()
+def Get_library_version(): return "FakeMPI 1.0"
+"""
+
+FAKE_TESTS = """
+import unittest
+from mpi4py import MPI
+
+class TestSub(unittest.TestCase):
+    def test_sub_fails(self):
+        for i in range(3):
+            with self.subTest(i=i):
+                self.assertNotEqual(i, 1)
+    def test_sub_skips(self):
+        with self.subTest(i=0):
+            self.skipTest("no feature")
+    def test_sub_passes(self):
+        for i in range(2):
+            with self.subTest(i=i):
+                pass
+    def test_plain_error(self):
+        MPI.get_vendor()
+    @unittest.skip("never")
+    def test_skipped(self):
+        pass
+
+class TestBrokenClass(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        raise RuntimeError("class setup")
+    def test_never(self):
+        pass
+"""
+
+
+def test_the_worker_records_subtests_skips_and_class_setup_errors(tmp_path):
+    """The worker itself, on a stand-in mpi4py: each test ends once, with the outcome unittest meant."""
+    (tmp_path / "fake" / "mpi4py").mkdir(parents=True)
+    (tmp_path / "fake" / "mpi4py" / "__init__.py").write_text("")
+    (tmp_path / "fake" / "mpi4py" / "MPI.py").write_text(FAKE_MPI)
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "test_fake.py").write_text(FAKE_TESTS)
+    (tmp_path / "t" / "test_bad.py").write_text("from mpi4py import MPI\nMPI.get_vendor()\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "fake")}
+    results = {}
+    for module in ("test_fake", "test_bad"):
+        out = tmp_path / module
+        out.mkdir()
+        proc = subprocess.run([sys.executable, str(SCRIPT), "_worker", "--testdir", str(tmp_path / "t"), "--module", module, "--outdir", str(out)],
+                              capture_output=True, text=True, timeout=60, env=env)
+        assert proc.returncode == 0, proc.stderr
+        ranks = suite.read_rank_files(out)
+        assert list(ranks) == [0] and ranks[0][0]["library"] == "FakeMPI 1.0"
+        results[module] = suite.file_result([attempt(ranks)], 1)
+    tests = results["test_fake"]["tests"]
+    short = {t.removeprefix("test_fake."): e["outcome"] for t, e in tests.items()}
+    assert short == {
+        "TestBrokenClass.test_never": "notrun",
+        "TestSub.test_plain_error": "error",
+        "TestSub.test_skipped": "skipped",
+        "TestSub.test_sub_fails": "failure",
+        "TestSub.test_sub_passes": "passed",
+        "TestSub.test_sub_skips": "skipped",
+        "setUpClass (test_fake.TestBrokenClass)": "error",
+    }
+    assert tests["test_fake.TestSub.test_plain_error"]["exc_type"] == "AttributeError"
+    assert "!= 1" in tests["test_fake.TestSub.test_sub_fails"]["message"] or "1 == 1" in tests["test_fake.TestSub.test_sub_fails"]["message"]
+    bad = results["test_bad"]
+    assert bad["status"] == "import-error" and list(bad["tests"]) == ["test_bad.<import>"]
+    assert "get_vendor" in bad["tests"]["test_bad.<import>"]["message"]
