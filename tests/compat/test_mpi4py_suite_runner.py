@@ -162,7 +162,7 @@ def test_the_runner_on_two_small_files_of_mpi4pys_suite(tmp_path):
     test_p2p_obj at N = 1, 2 under fmpirun and MPICH."""
     out = tmp_path / "r.json"
     md = tmp_path / "r.md"
-    cmd = [sys.executable, str(SCRIPT), "--ns", "1,2", "--files", "test_status,test_p2p_obj", "--timeout", "240", "--stall", "60",
+    cmd = [sys.executable, str(SCRIPT), "--ns", "1,2", "--files", "test_status.py,test_p2p_obj.py", "--timeout", "240", "--stall", "60",
            "--json", str(out), "--markdown", str(md)]
     if os.environ.get("FMPI_SUITE_CACHE"):
         cmd += ["--cache", os.environ["FMPI_SUITE_CACHE"]]
