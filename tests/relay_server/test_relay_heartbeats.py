@@ -57,3 +57,26 @@ def test_ranks_leave_when_their_relay_goes_silent(relay_process, tmp_path):
     assert "no word from the relay for" in err, err
     assert took < 15, f"ranks took {took:.1f} s to notice"
     assert not pids_alive(int(p.name) for p in pids.iterdir() if p.name.isdigit())
+
+
+LATE_JOINER = """
+import os, time
+if os.environ["FMPI_RANK"] == "1":
+    time.sleep(float(os.environ["LATE_BY"]))  # a cold start, a throttled invocation
+from mpi4py import MPI
+time.sleep(2)  # compute before the first message: only heartbeats speak for the rank now
+MPI.COMM_WORLD.Barrier()
+print("ok", MPI.COMM_WORLD.rank)
+"""
+
+
+def test_a_rank_that_waited_long_for_the_world_is_not_taken_for_silent(tmp_path):
+    # Ranks beat only once their world is out: the time a rank spent waiting
+    # for the last one to join is not silence (issue 24, defect 1).
+    script = tmp_path / "late.py"
+    script.write_text(LATE_JOINER)
+    env = dict(os.environ, FMPI_HEARTBEAT_TIMEOUT="2", LATE_BY="5")
+    done = subprocess.run(fmpirun_argv("-n", "2", sys.executable, str(script)), capture_output=True, text=True,
+                          timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    assert sorted(done.stdout.split()) == sorted("ok 0 ok 1".split()), done.stdout

@@ -117,7 +117,10 @@ class JobLifecycle(JobResumption):
         ]
         world = encode(Kind.WORLD, {"size": job.size, "peers": peers})  # once: 1024 ranks make ~100 KB
         beat = encode(Kind.HEARTBEAT, {})
+        now = asyncio.get_running_loop().time()
         for m in job.members.values():
+            # A rank beats once its world is out: the time it waited for the last rank to join is not silence.
+            m.last_heard = now
             m.conn.send_encoded(world)
             if m.beats:
                 m.conn.send_encoded(beat)  # at once: the rank then knows this relay beats
