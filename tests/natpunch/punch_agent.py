@@ -27,7 +27,8 @@ import socket
 import sys
 import time
 
-from fmpi.natpunch.simultaneous_open import bind_reusable, make_listener, punch_many
+from fmpi.natpunch.simultaneous_open import punch_many
+from fmpi.natpunch.sockets import bind_reusable, make_listener
 
 
 def emit(**obj: object) -> None:

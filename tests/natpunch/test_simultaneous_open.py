@@ -255,7 +255,8 @@ def test_listener_matching_unmatched_and_extras_loopback() -> None:
     candidate of the same peer ends up in ``extra_socks``."""
     import socket
 
-    from fmpi.natpunch.simultaneous_open import bind_reusable, make_listener, punch_many
+    from fmpi.natpunch.simultaneous_open import punch_many
+    from fmpi.natpunch.sockets import bind_reusable, make_listener
 
     lst = make_listener("0.0.0.0", 0)
     port = lst.getsockname()[1]

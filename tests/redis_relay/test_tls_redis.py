@@ -18,7 +18,7 @@ from tls_support import JOB
 from tls_support import make_pki as _make_pki
 from tests_support import fmpirun_argv, free_port
 
-from fmpi.natpunch.simultaneous_open import bind_reusable
+from fmpi.natpunch.sockets import bind_reusable
 from fmpi.rendezvous.redis import RedisJob, RedisRank, connect
 from fmpi.rendezvous.relay_connection import RelayError
 

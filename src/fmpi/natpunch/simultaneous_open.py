@@ -21,57 +21,41 @@ How ranks use it
    seen from both sides.  Since every rank uses one port, two ranks share
    at most one connection per (address, address) pair.
 
-What Linux does (measured in the namespace NAT lab, kernel 6.x):
+What Linux does with a shared port and simultaneous opens (measured in the NAT
+lab) is in the package docstring, ``fmpi/natpunch/__init__.py``.
 
-* Sockets may share a local ip:port if all set SO_REUSEADDR *and*
-  SO_REUSEPORT (SO_REUSEADDR alone: EADDRINUSE next to a listener).  All
-  must belong to the same uid.
-* connect() to a 4-tuple that a live socket already uses (a pending
-  attempt, or an established/accepted connection, even one still waiting
-  in a listener's accept queue) fails *immediately* with EADDRNOTAVAIL.  So
-  an attempt cannot be re-issued while the previous one to the same
-  endpoint is alive: close it first (closing a SYN_SENT socket sends
-  nothing and leaves no TIME_WAIT, so the 4-tuple is free at once).  A
-  4-tuple in TIME_WAIT, however, is reused by an explicitly bound socket
-  (TCP timestamps on), so re-punching a pair after a close works.
-* A host with no socket for the SYN answers RST: ECONNREFUSED within one
-  RTT.  Normal while a public peer has not started yet, so refused
-  attempts are retried after 100-250 ms (jittered).  But an attempt killed
-  by RST is gone: two public peers without listeners keep refusing each
-  other (they only connect if their attempts overlap within one RTT: 0 of
-  6 runs in the lab), hence the listener.  For the same reason a NAT that
-  answers unsolicited SYNs with RST instead of dropping them defeats
-  punching completely (lab: cone<->cone with a RSTing gateway fails).
-* An incoming SYN is matched against a socket in SYN_SENT for the exact
-  4-tuple before any listener, so if both sides are punching the result is
-  a simultaneous open on the connecting sockets; only if the local side has
-  no attempt to that endpoint (yet) does the listener get it.
-* ICMP unreachable in SYN_SENT aborts the attempt (ENETUNREACH /
-  EHOSTUNREACH), e.g. for a peer's private address routed nowhere; routers
-  rate-limit these ICMPs, so later attempts simply go unanswered.
-* A SYN dropped silently by a NAT leaves the attempt in SYN_SENT; the kernel
-  would retransmit after 1 s, 3 s, 7 s, ...  We re-issue a silent attempt
-  ourselves every ``attempt_timeout`` (default 1 s) so SYNs keep flowing at
-  a steady pace until the deadline.
-
-The functions use only the standard library, run one selector loop (no
+A punch uses only the standard library and runs one selector loop (no
 threads, no busy waiting: the loop sleeps in select() until the next socket
-event, retry time or deadline) and punch all peers in parallel.
+event, retry time or deadline) that punches all peers in parallel. The loop
+is a state machine, ``Puncher``: per peer a list of attempts (one per
+candidate endpoint), each closed, in flight, or connected; ``punch_many`` runs
+one. The shared-port sockets are in ``sockets.py``, cancelling from another
+thread in ``cancel.py``.
 """
 
 from __future__ import annotations
 
 import errno
-import ipaddress
-import os
 import random
 import selectors
 import socket
-import threading
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Generic, TypeVar
+
+from .attempts import (
+    SILENT,
+    Endpoint,
+    PunchResult,
+    Attempt,
+    PeerPunch,
+    errname,
+    failure_reason,
+    normalize,
+    success,
+)
+from .cancel import PunchCancel
+from .sockets import bind_reusable, make_listener, tune_connected
 
 __all__ = [
     "ATTEMPT_TIMEOUT",
@@ -80,14 +64,12 @@ __all__ = [
     "Endpoint",
     "PunchCancel",
     "PunchResult",
-    "bind_reusable",
+    "Puncher",
     "deadline_in",
-    "make_listener",
     "punch",
     "punch_many",
 ]
 
-Endpoint = tuple[str, int]
 K = TypeVar("K", bound=Hashable)
 
 #: Default overall budget of a punch (seconds), used when no deadline is given.
@@ -107,225 +89,303 @@ def deadline_in(seconds: float) -> float:
     return time.monotonic() + seconds
 
 
-def _family(ip: str) -> socket.AddressFamily:
-    try:
-        return socket.AF_INET6 if ipaddress.ip_address(ip).version == 6 else socket.AF_INET
-    except ValueError:
-        return socket.AF_INET
-
-
-def bind_reusable(local_ip: str, port: int) -> socket.socket:
-    """A TCP socket bound to ``local_ip:port`` that may share that port.
-
-    Sets SO_REUSEADDR and SO_REUSEPORT before bind(), which lets the relay
-    connection, a listener and any number of punch attempts (each towards a
-    different remote endpoint) all use the same local port -- the one whose
-    public mapping the relay observed.  Every socket sharing the port must
-    be created this way (and by the same uid).  ``port=0`` picks a free port
-    (read it back with ``getsockname()``).  Use ``local_ip="0.0.0.0"`` unless
-    you need a specific interface; all sharers should use the same ip.
-    """
-    sock = socket.socket(_family(local_ip), socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind((local_ip, port))
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-def make_listener(local_ip: str, port: int, backlog: int = 128) -> socket.socket:
-    """A listening socket on a shared port (see :func:`bind_reusable`).
-
-    Pass it to :func:`punch_many` (``listener=``) so that peers which reach
-    this port while we have no attempt towards them get accepted and
-    matched to their key.  Keep accepting on it yourself afterwards: peers
-    that connect later (or duplicates) queue up on it.
-    """
-    sock = bind_reusable(local_ip, port)
-    try:
-        sock.listen(backlog)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-@dataclass
-class PunchResult:
-    """Outcome of punching one peer.
-
-    ``ok``: a connected socket is in ``sock`` (blocking mode, TCP_NODELAY on);
-    the caller owns it (and any ``extra_socks``).  ``remote`` is the peer
-    endpoint it is connected to and ``via`` says whether our connect()
-    completed (``"connect"``, includes simultaneous open) or the listener
-    accepted it (``"accept"``).  Otherwise ``reason`` explains the failure
-    and ``errors`` holds the last error per candidate endpoint.
-    ``elapsed`` is seconds from the start of the punch to success/failure.
-    """
-
-    ok: bool
-    sock: socket.socket | None
-    remote: Endpoint | None
-    via: str | None
-    reason: str
-    elapsed: float
-    attempts: int
-    errors: dict[Endpoint, str] = field(default_factory=dict)
-    #: other connections to the same peer established before we returned
-    #: (another candidate path, or the listener accepted one too).  The
-    #: transport's handshake decides which one survives; close the rest.
-    extra_socks: list[socket.socket] = field(default_factory=list)
-
-    def close(self) -> None:
-        """Close every socket held by this result."""
-        for s in ([self.sock] if self.sock else []) + self.extra_socks:
-            try:
-                s.close()
-            except OSError:
-                pass
-        self.sock = None
-        self.extra_socks = []
-
-
-# ---------------------------------------------------------------------------
-# internal state
-# ---------------------------------------------------------------------------
-
-
-@dataclass(eq=False)
-class _Attempt:
-    peer: _Peer
-    endpoint: Endpoint
-    sock: socket.socket | None = None
-    started: float = 0.0
-    next_try: float = 0.0
-    tries: int = 0
-    last_error: str | None = None
-    connected: bool = False   # this endpoint gave us a connection: stop
-    error_counts: dict[str, int] = field(default_factory=dict)
-
-    def note_error(self, what: str) -> None:
-        self.last_error = what
-        self.error_counts[what] = self.error_counts.get(what, 0) + 1
-
-
-@dataclass(eq=False)
-class _Peer:
-    key: Hashable
-    attempts: list[_Attempt] = field(default_factory=list)
-    sock: socket.socket | None = None
-    remote: Endpoint | None = None
-    via: str | None = None
-    done_at: float | None = None        # first success time
-    settle_until: float | None = None   # keep other attempts until then
-    extras: list[socket.socket] = field(default_factory=list)
-    cancelled: bool = False
-
-    @property
-    def finished(self) -> bool:
-        return self.sock is not None
-
-
 _LISTENER = object()
 _CANCEL = object()
 
 
-class PunchCancel:
-    """Stops peers of a running :func:`punch_many` from another thread.
+class Puncher(Generic[K]):
+    """One punch of many peers from one local port: the state machine ``punch_many`` runs (arguments as there)."""
 
-    The transport punches a batch of peers in one call; when one of them is
-    linked some other way meanwhile (the peer's own connection reached our
-    listener, or the pair moved to the relay), ``cancel(key)`` closes that
-    peer's attempts at once instead of letting them run to the deadline.
-    ``cancel()`` without a key stops the whole call.  A pipe wakes the
-    punch loop, so cancelling costs no polling.
-    """
+    def __init__(
+        self,
+        local_addr: tuple[str, int],
+        peers: Mapping[K, Sequence[Endpoint]],
+        deadline: float | None = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        listener: socket.socket | None = None,
+        listen: bool = True,
+        active: bool = True,
+        retry_interval: tuple[float, float] = RETRY_INTERVAL,
+        attempt_timeout: float = ATTEMPT_TIMEOUT,
+        settle: float = 0.0,
+        unmatched: list[tuple[socket.socket, Endpoint]] | None = None,
+        cancel: PunchCancel | None = None,
+        on_result: Callable[[K, PunchResult], None] | None = None,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if attempt_timeout <= 0 or not 0 < retry_interval[0] <= retry_interval[1]:
+            raise ValueError("attempt_timeout and retry_interval must be positive")
+        self.clock = clock
+        self.started = clock()
+        self.deadline = self.started + timeout if deadline is None else deadline
+        self.rng = rng or random.Random()
+        self.retry_interval = retry_interval
+        self.attempt_timeout = attempt_timeout
+        self.settle = settle
+        self.active = active
+        self.local_ip, self.local_port = local_addr
+        self.unmatched = unmatched
+        self.cancel = cancel
+        self.on_result = on_result
+        self.keys = list(peers.keys())
+        self.peers: list[PeerPunch] = []
+        self.by_endpoint: dict[Endpoint, PeerPunch] = {}
+        for key, candidates in peers.items():
+            self._add_peer(key, candidates)
+        self.reported: dict[int, PunchResult] = {}
+        self.sel = selectors.DefaultSelector()
+        self.listener, self.own_listener = self._open_listener(listener, listen)
+        self.listener_timeout = self.listener.gettimeout() if self.listener is not None else None
+        if self.listener is not None:
+            self.listener.setblocking(False)
+            self.sel.register(self.listener, selectors.EVENT_READ, _LISTENER)
+        if cancel is not None:
+            self.sel.register(cancel.fileno(), selectors.EVENT_READ, _CANCEL)
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._keys: set[Hashable] = set()
-        self._all = False
-        self._closed = False
-        self._r, self._w = os.pipe()
-        os.set_blocking(self._r, False)
-        os.set_blocking(self._w, False)
+    def _add_peer(self, key: Hashable, candidates: Sequence[Endpoint]) -> None:
+        p = PeerPunch(key=key)
+        seen: set[Endpoint] = set()
+        for ep in map(normalize, candidates):
+            if ep in seen:
+                continue
+            seen.add(ep)
+            # Small random offset so that N ranks starting together do not
+            # all fire their first SYN burst in the same millisecond.
+            p.attempts.append(Attempt(peer=p, endpoint=ep, next_try=self.started + self.rng.uniform(0.0, 0.005)))
+            self.by_endpoint.setdefault(ep, p)
+        self.peers.append(p)
 
-    def cancel(self, key: Hashable | None = None) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            if key is None:
-                self._all = True
-            else:
-                self._keys.add(key)
-            try:
-                os.write(self._w, b"x")
-            except BlockingIOError:
-                pass  # a wake-up is pending anyway
-
-    def cancelled(self, key: Hashable) -> bool:
-        with self._lock:
-            return self._all or key in self._keys
-
-    def fileno(self) -> int:
-        return self._r
-
-    def _drain(self) -> None:
+    def _open_listener(self, listener: socket.socket | None, listen: bool) -> tuple[socket.socket | None, socket.socket | None]:
+        """The caller's listener, or a temporary one of our own (see ``punch_many``'s ``listen``)."""
+        if listener is not None or not listen or self.local_port == 0:
+            return listener, None
         try:
-            while os.read(self._r, 4096):
+            own = make_listener(self.local_ip, self.local_port)
+        except OSError:
+            # e.g. the port is held by a socket without SO_REUSEPORT: go on
+            # without (fine behind NATs, see ``listen`` in punch_many)
+            return None, None
+        return own, own
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> dict[K, PunchResult]:
+        try:
+            while self._step():
                 pass
-        except (BlockingIOError, OSError):
-            pass
+        finally:
+            self._close()
+        return self._results()
 
-    def close(self) -> None:
-        with self._lock:
-            if self._closed:
+    def _step(self) -> bool:
+        """Launch and recycle attempts, then sleep until the next event; False when the punch is over."""
+        now = self.clock()
+        self._apply_cancels()
+        pending = [p for p in self.peers if not p.finished and not p.cancelled and p.attempts]
+        settling = [p for p in self.peers if p.finished and p.settle_until is not None and now < p.settle_until]
+        for p in self.peers:
+            if p.finished and p.settle_until is not None and now >= p.settle_until:
+                for att in p.attempts:
+                    self._close_attempt(att)
+                p.settle_until = None
+        if now >= self.deadline or (not pending and not settling):
+            return False
+        wake = self._launch_due(pending + settling, now)
+        if self.settle <= 0 and not any(not p.finished and not p.cancelled and p.attempts for p in self.peers):
+            return True  # an immediate connect finished the last peer
+        for sk, _mask in self.sel.select(timeout=max(0.0, wake - self.clock())):
+            now = self.clock()
+            if sk.data is _LISTENER:
+                self._on_acceptable(now)
+            elif sk.data is _CANCEL:
+                assert self.cancel is not None
+                self.cancel._drain()
+            elif isinstance(sk.data, Attempt):
+                if sk.data.sock is sk.fileobj:  # not closed meanwhile
+                    self._on_writable(sk.data, now)
+        return True
+
+    def _apply_cancels(self) -> None:
+        if self.cancel is None:
+            return
+        for p in self.peers:
+            if not p.finished and not p.cancelled and self.cancel.cancelled(p.key):
+                p.cancelled = True
+                for att in p.attempts:
+                    self._close_attempt(att)
+
+    def _launch_due(self, peers: list[PeerPunch], now: float) -> float:
+        """Start due attempts, recycle silent ones; returns when the loop must wake next."""
+        wake = self.deadline
+        for p in peers:
+            if p.settle_until is not None:
+                wake = min(wake, p.settle_until)
+            if not self.active:
+                continue
+            for att in p.attempts:
+                if att.connected:
+                    continue
+                if att.sock is not None and now - att.started >= self.attempt_timeout:
+                    self._close_attempt(att)
+                    att.note_error(SILENT)
+                    att.next_try = now
+                if att.sock is None and now >= att.next_try:
+                    self._start_attempt(att, now)
+                    if p.finished and self.settle <= 0:
+                        break
+                if att.sock is not None:
+                    wake = min(wake, att.started + self.attempt_timeout)
+                elif not p.finished or self.settle > 0:
+                    wake = min(wake, att.next_try)
+        return wake
+
+    # ------------------------------------------------------------------ attempts
+    def _retry_later(self, att: Attempt, error: str, now: float) -> None:
+        att.note_error(error)
+        att.next_try = now + self.rng.uniform(*self.retry_interval)
+
+    def _start_attempt(self, att: Attempt, now: float) -> None:
+        att.tries += 1
+        att.started = now
+        try:
+            sock = bind_reusable(self.local_ip, self.local_port)
+        except OSError as exc:
+            # e.g. EADDRINUSE: something holds the port without SO_REUSEPORT
+            self._retry_later(att, f"bind {errname(exc.errno or 0)}", now)
+            return
+        sock.setblocking(False)
+        rc = sock.connect_ex(att.endpoint)
+        if rc == 0:
+            # Rare for TCP (immediate completion); treat like a writable event.
+            att.connected = True
+            self._succeed(att.peer, sock, att.endpoint, "connect", now)
+            return
+        if rc in (errno.EINPROGRESS, errno.EALREADY, errno.EWOULDBLOCK):
+            att.sock = sock
+            self.sel.register(sock, selectors.EVENT_WRITE, att)
+            return
+        # Immediate failure: EADDRNOTAVAIL (4-tuple in use: an accepted or
+        # earlier connection to this endpoint exists), ENETUNREACH (no
+        # route), ...  Retry later.
+        sock.close()
+        self._retry_later(att, errname(rc), now)
+
+    def _on_writable(self, att: Attempt, now: float) -> None:
+        sock = att.sock
+        assert sock is not None
+        err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if err == 0:
+            try:
+                sock.getpeername()
+            except OSError as exc:  # not really connected after all
+                err = exc.errno or errno.ENOTCONN
+        if err == 0:
+            self.sel.unregister(sock)
+            att.sock = None
+            att.connected = True
+            self._succeed(att.peer, sock, att.endpoint, "connect", now)
+            return
+        self._close_attempt(att)
+        self._retry_later(att, errname(err), now)
+
+    def _on_acceptable(self, now: float) -> None:
+        assert self.listener is not None
+        while True:
+            try:
+                conn, addr = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
                 return
-            self._closed = True
-            os.close(self._r)
-            os.close(self._w)
+            except OSError:
+                return  # e.g. ECONNABORTED; the peer will retry
+            ep = normalize(addr)
+            p = self.by_endpoint.get(ep)
+            if p is None:
+                if self.unmatched is not None:
+                    self.unmatched.append((tune_connected(conn), ep))
+                else:
+                    conn.close()
+                continue
+            # Our own attempt to the same endpoint (if any) cannot succeed
+            # now -- the 4-tuple is taken by this connection -- so stop it.
+            for att in p.attempts:
+                if att.endpoint == ep:
+                    self._close_attempt(att)
+                    att.connected = True
+            self._succeed(p, conn, ep, "accept", now)
 
-# Pseudo error of an attempt that got no answer within attempt_timeout.
-# Every error is retried (the peer may start punching at any moment); the
-# errno names only feed the failure reason.
-_SILENT = "no answer (SYN dropped or unanswered)"
+    def _close_attempt(self, att: Attempt) -> None:
+        if att.sock is not None:
+            try:
+                self.sel.unregister(att.sock)
+            except (KeyError, ValueError):
+                pass
+            att.sock.close()
+            att.sock = None
 
+    # ------------------------------------------------------------------ outcomes
+    def _succeed(self, p: PeerPunch, sock: socket.socket, remote: Endpoint, via: str, now: float) -> None:
+        tune_connected(sock)
+        if p.sock is None:
+            p.sock, p.remote, p.via, p.done_at = sock, remote, via, now
+            p.settle_until = now + self.settle
+        else:
+            p.extras.append(sock)
+        if self.settle <= 0:
+            for other in p.attempts:
+                self._close_attempt(other)
+            if id(p) not in self.reported:
+                self._report(p, success(p, self.started))
 
-def _errname(code: int) -> str:
-    return errno.errorcode.get(code, str(code))
+    def _report(self, p: PeerPunch, result: PunchResult) -> None:
+        self.reported[id(p)] = result
+        if self.on_result is not None:
+            self.on_result(p.key, result)  # type: ignore[arg-type]
 
+    def _close(self) -> None:
+        for p in self.peers:
+            for att in p.attempts:
+                self._close_attempt(att)
+        if self.listener is not None:
+            try:
+                self.sel.unregister(self.listener)
+            except (KeyError, ValueError):
+                pass
+            if self.own_listener is not None:
+                # Take whatever the kernel already accepted for us: closing a
+                # listener RSTs its queued connections, which the peer
+                # believes are established.
+                self._on_acceptable(self.clock())
+                self.own_listener.close()
+            else:
+                self.listener.settimeout(self.listener_timeout)
+        self.sel.close()
 
-def _normalize(endpoint: Sequence[object]) -> Endpoint:
-    ip, port = endpoint[0], endpoint[1]
-    return (str(ip), int(port))  # type: ignore[call-overload]
-
-
-def _tune_connected(sock: socket.socket) -> socket.socket:
-    sock.setblocking(True)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return sock
+    def _results(self) -> dict[K, PunchResult]:
+        end = self.clock()
+        results: dict[K, PunchResult] = {}
+        for key, p in zip(self.keys, self.peers, strict=True):
+            result = self.reported.get(id(p))
+            if result is not None:
+                result.extra_socks.extend(s for s in p.extras if s not in result.extra_socks)
+            elif p.sock is not None:
+                result = success(p, self.started)
+                self._report(p, result)
+            else:
+                errors = {a.endpoint: (a.last_error or "not attempted") for a in p.attempts}
+                result = PunchResult(ok=False, sock=None, remote=None, via=None,
+                                     reason=failure_reason(key, p, end - self.started, self.active),
+                                     elapsed=end - self.started, attempts=sum(a.tries for a in p.attempts), errors=errors)
+                self._report(p, result)
+            results[key] = result
+        return results
 
 
 def punch_many(
     local_addr: tuple[str, int],
     peers: Mapping[K, Sequence[Endpoint]],
     deadline: float | None = None,
-    *,
-    timeout: float = DEFAULT_TIMEOUT,
-    listener: socket.socket | None = None,
-    listen: bool = True,
-    active: bool = True,
-    retry_interval: tuple[float, float] = RETRY_INTERVAL,
-    attempt_timeout: float = ATTEMPT_TIMEOUT,
-    settle: float = 0.0,
-    unmatched: list[tuple[socket.socket, Endpoint]] | None = None,
-    cancel: PunchCancel | None = None,
-    on_result: Callable[[K, PunchResult], None] | None = None,
-    rng: random.Random | None = None,
-    clock: Callable[[], float] = time.monotonic,
+    **options: object,
 ) -> dict[K, PunchResult]:
     """Punch TCP connections to many peers at once from one local port.
 
@@ -377,279 +437,7 @@ def punch_many(
     returned sockets.  Both sides may get a connection through different
     routes; the transport's handshake must pick one deterministically.
     """
-    if attempt_timeout <= 0 or not 0 < retry_interval[0] <= retry_interval[1]:
-        raise ValueError("attempt_timeout and retry_interval must be positive")
-    now0 = clock()
-    if deadline is None:
-        deadline = now0 + timeout
-    rng = rng or random.Random()
-    lo, hi = retry_interval
-    local_ip, local_port = local_addr
-
-    peer_states: list[_Peer] = []
-    by_endpoint: dict[Endpoint, _Peer] = {}
-    for key, cands in peers.items():
-        p = _Peer(key=key)
-        seen: set[Endpoint] = set()
-        for ep in cands:
-            ep = _normalize(ep)
-            if ep in seen:
-                continue
-            seen.add(ep)
-            # Small random offset so that N ranks starting together do not
-            # all fire their first SYN burst in the same millisecond.
-            p.attempts.append(_Attempt(peer=p, endpoint=ep,
-                                       next_try=now0 + rng.uniform(0.0, 0.005)))
-            by_endpoint.setdefault(ep, p)
-        peer_states.append(p)
-
-    sel = selectors.DefaultSelector()
-    own_listener: socket.socket | None = None
-    if listener is None and listen and local_port != 0:
-        try:
-            own_listener = listener = make_listener(local_ip, local_port)
-        except OSError:
-            # e.g. the port is held by a socket without SO_REUSEPORT: go on
-            # without (fine behind NATs, see ``listen`` above)
-            own_listener = None
-    listener_timeout: float | None = None
-    if listener is not None:
-        listener_timeout = listener.gettimeout()
-        listener.setblocking(False)
-        sel.register(listener, selectors.EVENT_READ, _LISTENER)
-    if cancel is not None:
-        sel.register(cancel.fileno(), selectors.EVENT_READ, _CANCEL)
-
-    def close_attempt(att: _Attempt) -> None:
-        if att.sock is not None:
-            try:
-                sel.unregister(att.sock)
-            except (KeyError, ValueError):
-                pass
-            att.sock.close()
-            att.sock = None
-
-    reported: dict[int, PunchResult] = {}
-
-    def report(p: _Peer, result: PunchResult) -> None:
-        reported[id(p)] = result
-        if on_result is not None:
-            on_result(p.key, result)  # type: ignore[arg-type]
-
-    def succeed(p: _Peer, sock: socket.socket, remote: Endpoint, via: str, now: float) -> None:
-        _tune_connected(sock)
-        if p.sock is None:
-            p.sock, p.remote, p.via, p.done_at = sock, remote, via, now
-            p.settle_until = now + settle
-        else:
-            p.extras.append(sock)
-        if settle <= 0:
-            for other in p.attempts:
-                close_attempt(other)
-            if id(p) not in reported:
-                report(p, _success(p, now0))
-
-    def start_attempt(att: _Attempt, now: float) -> None:
-        att.tries += 1
-        att.started = now
-        try:
-            sock = bind_reusable(local_ip, local_port)
-        except OSError as exc:
-            # e.g. EADDRINUSE: something holds the port without SO_REUSEPORT
-            att.note_error(f"bind {_errname(exc.errno or 0)}")
-            att.next_try = now + rng.uniform(lo, hi)
-            return
-        sock.setblocking(False)
-        rc = sock.connect_ex(att.endpoint)
-        if rc == 0:
-            # Rare for TCP (immediate completion); treat like a writable event.
-            att.connected = True
-            succeed(att.peer, sock, att.endpoint, "connect", now)
-            return
-        if rc in (errno.EINPROGRESS, errno.EALREADY, errno.EWOULDBLOCK):
-            att.sock = sock
-            sel.register(sock, selectors.EVENT_WRITE, att)
-            return
-        # Immediate failure: EADDRNOTAVAIL (4-tuple in use: an accepted or
-        # earlier connection to this endpoint exists), ENETUNREACH (no
-        # route), ...  Retry later.
-        sock.close()
-        att.note_error(_errname(rc))
-        att.next_try = now + rng.uniform(lo, hi)
-
-    def on_writable(att: _Attempt, now: float) -> None:
-        sock = att.sock
-        assert sock is not None
-        err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-        if err == 0:
-            try:
-                sock.getpeername()
-            except OSError as exc:  # not really connected after all
-                err = exc.errno or errno.ENOTCONN
-        if err == 0:
-            sel.unregister(sock)
-            att.sock = None
-            att.connected = True
-            succeed(att.peer, sock, att.endpoint, "connect", now)
-            return
-        close_attempt(att)
-        att.note_error(_errname(err))
-        att.next_try = now + rng.uniform(lo, hi)
-
-    def on_acceptable(now: float) -> None:
-        assert listener is not None
-        while True:
-            try:
-                conn, addr = listener.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                return  # e.g. ECONNABORTED; the peer will retry
-            ep = _normalize(addr)
-            p = by_endpoint.get(ep)
-            if p is None:
-                if unmatched is not None:
-                    unmatched.append((_tune_connected(conn), ep))
-                else:
-                    conn.close()
-                continue
-            # Our own attempt to the same endpoint (if any) cannot succeed
-            # now -- the 4-tuple is taken by this connection -- so stop it.
-            for att in p.attempts:
-                if att.endpoint == ep:
-                    close_attempt(att)
-                    att.connected = True
-            succeed(p, conn, ep, "accept", now)
-
-    try:
-        while True:
-            now = clock()
-            if cancel is not None:
-                for p in peer_states:
-                    if not p.finished and not p.cancelled and cancel.cancelled(p.key):
-                        p.cancelled = True
-                        for att in p.attempts:
-                            close_attempt(att)
-            # (a peer without candidates can only fail)
-            pending = [p for p in peer_states if not p.finished and not p.cancelled and p.attempts]
-            settling = [p for p in peer_states
-                        if p.finished and p.settle_until is not None and now < p.settle_until]
-            for p in peer_states:
-                if p.finished and p.settle_until is not None and now >= p.settle_until:
-                    for att in p.attempts:
-                        close_attempt(att)
-                    p.settle_until = None
-            if now >= deadline or (not pending and not settling):
-                break
-
-            # Launch due attempts, recycle silent ones; find the next wake-up.
-            wake = deadline
-            for p in pending + settling:
-                if p.settle_until is not None:
-                    wake = min(wake, p.settle_until)
-                if not active:
-                    continue
-                for att in p.attempts:
-                    if att.connected:
-                        continue
-                    if att.sock is not None and now - att.started >= attempt_timeout:
-                        close_attempt(att)
-                        att.note_error(_SILENT)
-                        att.next_try = now
-                    if att.sock is None and now >= att.next_try:
-                        start_attempt(att, now)
-                        if p.finished and settle <= 0:
-                            break
-                    if att.sock is not None:
-                        wake = min(wake, att.started + attempt_timeout)
-                    elif not p.finished or settle > 0:
-                        wake = min(wake, att.next_try)
-
-            if settle <= 0 and not any(not p.finished and not p.cancelled and p.attempts for p in peer_states):
-                continue  # an immediate connect finished the last peer
-            for sk, _mask in sel.select(timeout=max(0.0, wake - clock())):
-                now = clock()
-                if sk.data is _LISTENER:
-                    on_acceptable(now)
-                elif sk.data is _CANCEL:
-                    assert cancel is not None
-                    cancel._drain()
-                elif isinstance(sk.data, _Attempt):
-                    if sk.data.sock is sk.fileobj:  # not closed meanwhile
-                        on_writable(sk.data, now)
-    finally:
-        for p in peer_states:
-            for att in p.attempts:
-                close_attempt(att)
-        if listener is not None:
-            try:
-                sel.unregister(listener)
-            except (KeyError, ValueError):
-                pass
-            if own_listener is not None:
-                # Take whatever the kernel already accepted for us: closing a
-                # listener RSTs its queued connections, which the peer
-                # believes are established.
-                on_acceptable(clock())
-                own_listener.close()
-            else:
-                listener.settimeout(listener_timeout)
-        sel.close()
-
-    end = clock()
-    results: dict[K, PunchResult] = {}
-    for key, p in zip(peers.keys(), peer_states, strict=True):
-        result = reported.get(id(p))
-        if result is not None:
-            result.extra_socks.extend(s for s in p.extras if s not in result.extra_socks)
-        elif p.sock is not None:
-            result = _success(p, now0)
-            report(p, result)
-        else:
-            errors = {a.endpoint: (a.last_error or "not attempted") for a in p.attempts}
-            result = PunchResult(ok=False, sock=None, remote=None, via=None,
-                                 reason=_failure_reason(key, p, end - now0, active),
-                                 elapsed=end - now0, attempts=sum(a.tries for a in p.attempts), errors=errors)
-            report(p, result)
-        results[key] = result
-    return results
-
-
-def _success(p: _Peer, now0: float) -> PunchResult:
-    assert p.sock is not None and p.done_at is not None
-    return PunchResult(ok=True, sock=p.sock, remote=p.remote, via=p.via,
-                       reason=f"connected via {p.via} to "
-                              f"{p.remote[0]}:{p.remote[1]}" if p.remote else "",
-                       elapsed=p.done_at - now0, attempts=sum(a.tries for a in p.attempts),
-                       errors={a.endpoint: (a.last_error or "not attempted") for a in p.attempts},
-                       extra_socks=p.extras)
-
-
-def _failure_reason(key: Hashable, p: _Peer, elapsed: float, active: bool) -> str:
-    if p.cancelled:
-        return f"hole punch to peer {key!r} cancelled after {elapsed:.2f}s"
-    if not p.attempts:
-        return f"peer {key!r}: no candidate endpoints"
-    if not active:
-        return f"peer {key!r}: nobody connected to the listener within {elapsed:.2f}s"
-    parts = []
-    for a in p.attempts:
-        counts = ", ".join(f"{k} x{v}" for k, v in a.error_counts.items()) or "pending"
-        parts.append(f"{a.endpoint[0]}:{a.endpoint[1]} [{a.tries} tries: {counts}]")
-    kinds = {k for a in p.attempts for k in a.error_counts}
-    # Unreachable private candidates are normal (another LAN's address), so
-    # the most telling error decides the hint.
-    if "ECONNREFUSED" in kinds:
-        hint = ("peer reachable but nothing accepted (RST): it did not punch or listen "
-                "on that port in time")
-    elif _SILENT in kinds or not kinds:
-        hint = ("SYNs vanished without answer: the peer did not punch in time, or a NAT on "
-                "either side is symmetric (endpoint-dependent mapping)")
-    else:
-        hint = "no route to any candidate"
-    hint += "; fall back to the relay"
-    return (f"hole punch to peer {key!r} failed after {elapsed:.2f}s: {hint}; "
-            + "; ".join(parts))
+    return Puncher(local_addr, peers, deadline, **options).run()  # type: ignore[arg-type]
 
 
 def punch(

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..natpunch.simultaneous_open import bind_reusable, make_listener
+from ..natpunch.sockets import bind_reusable, make_listener
 from ..rendezvous.redis_connect import is_redis_url
 from ..rendezvous.relay_connection import (
     Aborted,

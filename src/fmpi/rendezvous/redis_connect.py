@@ -57,7 +57,7 @@ def _bound_connection_class(source: tuple[str, int], tls: bool = False):
     """
     import redis
 
-    from ..natpunch.simultaneous_open import bind_reusable
+    from ..natpunch.sockets import bind_reusable
 
     class BoundConnection(redis.Connection):
         def _connect(self) -> socket.socket:
