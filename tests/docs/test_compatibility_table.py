@@ -50,12 +50,14 @@ def real_mpi4py(table) -> dict[str, dict[str, bool]]:
     for section, name in table:
         wanted.setdefault(section, []).append(name)
     probe = r"""
-import json, sys, mpi4py
+import importlib.machinery, json, sys, mpi4py
 mpi4py.rc.initialize = False
 mpi4py.rc.finalize = False
 from mpi4py import MPI
 wanted = json.loads(sys.argv[1])
-out = {"__file__": MPI.__file__}
+# The real mpi4py.MPI is a compiled extension module named mpi4py.MPI (fmpi's shim hands out fmpi.MPI).
+real = MPI.__name__ == "mpi4py.MPI" and MPI.__spec__.origin.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+out = {"__file__": MPI.__file__, "__real__": real}
 for section, names in wanted.items():
     where = MPI if section == "MPI" else getattr(MPI, section)
     if section == "Comm":  # the collectives users call on an Intracomm are Comm's in mpi4py
@@ -71,7 +73,7 @@ print(json.dumps(out))
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     origin = result.pop("__file__")
-    assert "site-packages" in origin and "fmpi" not in origin, f"not the real mpi4py: {origin}"
+    assert result.pop("__real__"), f"not the real mpi4py: {origin}"
     return result
 
 
