@@ -148,14 +148,30 @@ def _install_excepthook() -> None:
     previous = sys.excepthook
 
     def hook(kind, value, tb) -> None:
+        cause = err.cause_of(value)
+        rank = state.engine.rank if state.engine is not None else "?"
+        reason = f"uncaught {kind.__name__} on rank {rank}: {value}"
         if issubclass(kind, KeyboardInterrupt):
             previous(kind, value, tb)
-        else:
+        elif cause is None:
             traceback.print_exception(kind, value, tb)
-        rank = state.engine.rank if state.engine is not None else "?"
-        abort(1, f"uncaught {kind.__name__} on rank {rank}: {value}", err.cause_of(value))
+        else:
+            # A consequence of another rank's end (or of an earlier abort): fmpirun names
+            # that rank; this one's traceback would bury it (mpiexec kills such ranks quietly).
+            reason += _where_the_program_was(tb)
+        abort(1, reason, cause)
 
     sys.excepthook = hook
+
+
+def _where_the_program_was(tb) -> str:
+    """' (in prog.py:12)': the innermost frame of the program's own code (not fmpi's) in traceback `tb`."""
+    fmpi_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    where = ""
+    for frame in traceback.extract_tb(tb):
+        if not os.path.abspath(frame.filename).startswith(fmpi_dir + os.sep):
+            where = f" (in {os.path.basename(frame.filename)}:{frame.lineno})"
+    return where
 
 
 def wtime() -> float:

@@ -273,18 +273,22 @@ def _root_cause(failure: Outcome, job: Job, exited: dict[int, int], exit_times: 
     A rank killed by a signal or ended by ``os._exit`` leaves no reason of
     its own; a peer blocked on it then fails with "rank D is gone" and
     aborts, saying in its abort that it lost D (``cause``), and that abort
-    can reach fmpirun first. When D's process ended abnormally before
-    fmpirun began stopping ranks (and D neither aborted nor finalized), D's
-    death is the cause.
+    can reach fmpirun first. A rank that calls ``sys.exit(3)`` finalizes on
+    its way out, and a peer blocked on it fails with "rank D has finalized".
+    When D's process ended abnormally before fmpirun began stopping ranks
+    (and D did not abort; a lost D did not finalize either), D's exit is the cause.
     """
     abort = job.state.rank_abort()
     if abort is None or failure.message != str(abort):
         return failure
-    dead = (abort.cause or {}).get("lost")
+    cause = abort.cause or {}
+    dead = cause.get("lost", cause.get("finalized"))
     if dead is None:
         return failure
     code = exited.get(dead)
-    if code is None or code == 0 or dead in job.state.finished or any(a.rank == dead for a in job.state.aborts):
+    if code is None or code == 0 or any(a.rank == dead for a in job.state.aborts):
+        return failure
+    if "lost" in cause and dead in job.state.finished:
         return failure
     if killed is not None and exit_times.get(dead, killed) >= killed:
         return failure  # (it may have been stopped by us)

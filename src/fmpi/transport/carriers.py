@@ -34,7 +34,7 @@ from .link import Link, PeerClosed, set_liveness
 from .peers import Peer, PeerState
 from .progress import READ, WRITE
 from .relay_channel import RelayChannel, RelayLost, RelayRoute
-from .requests import Op, SendOp, TransportError, peer_died
+from .requests import Op, SendOp, TransportError, peer_died, peer_finalized
 from .shm_lane import LaneReader, LaneWriter, lane_path
 from .stream import Carrier
 
@@ -252,7 +252,7 @@ class CarrierMixin:
             if peer.heard_bye or self._closing:
                 # It finalized (EOF, or a reset when it closed with our last frames
                 # unread), or we did and it closed after our BYE: nothing to save.
-                reason = TransportError(f"rank {link.peer} has finalized; it sends nothing more", "ERR_PEER_FINALIZED")
+                reason = peer_finalized(link.peer)
             elif peer.lost is not None:
                 reason = peer.lost
             elif isinstance(exc, FrameError):
@@ -454,7 +454,7 @@ class CarrierMixin:
     def _peer_gone(self, rank: int, why: str) -> None:
         """The relay says `rank` left the job (finished, or lost without finalizing)."""
         if why == "finished":
-            reason = TransportError(f"rank {rank} has finalized; it sends nothing more", "ERR_PEER_FINALIZED")
+            reason = peer_finalized(rank)
         else:
             reason = peer_died(rank, f"rank {rank} is gone: it left the job without finalizing (did it exit or crash?)")
         with self._lock:

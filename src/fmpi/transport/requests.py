@@ -30,6 +30,11 @@ def peer_died(rank: int, message: str) -> TransportError:
     return TransportError(message, "ERR_PEER_DIED", {"lost": rank})
 
 
+def peer_finalized(rank: int) -> TransportError:
+    """The error of every operation that needed world rank `rank`, which finalized (or exited after finalizing)."""
+    return TransportError(f"rank {rank} has finalized; it sends nothing more", "ERR_PEER_FINALIZED", {"finalized": rank})
+
+
 class Op:
     """Base of a pending send or receive. Completion is guarded by the engine's condition."""
 

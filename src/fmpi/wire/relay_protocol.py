@@ -83,15 +83,18 @@ _FIELDS: dict[Kind, dict[str, type | tuple[type, ...]]] = {
 
 
 def abort_cause(value: Any) -> dict[str, Any] | None:
-    """An ABORT's optional "cause", if well formed: {"lost": rank} or {"aborted": true}; anything else is None.
+    """An ABORT's optional "cause", if well formed: {"lost": rank}, {"finalized": rank} or {"aborted": true};
+    anything else is None.
 
-    A rank that fails only because a peer died, or because the job was
-    already aborted, says so; the launcher then names the real cause.
+    A rank that fails only because a peer died or ended (``sys.exit`` on that
+    rank finalizes it, then its process exits with the status), or because
+    the job was already aborted, says so; the launcher then names the real cause.
     """
     if isinstance(value, dict) and len(value) == 1:
-        lost = value.get("lost")
-        if isinstance(lost, int) and not isinstance(lost, bool) and lost >= 0:
-            return {"lost": lost}
+        for key in ("lost", "finalized"):
+            rank = value.get(key)
+            if isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0:
+                return {key: rank}
         if value.get("aborted") is True:
             return {"aborted": True}
     return None
