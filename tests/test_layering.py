@@ -44,8 +44,6 @@ ALLOWED: dict[str, set[str]] = {
 # Edges that exist today and are on their way out (issue 23); the list may only shrink.
 KNOWN: set[tuple[str, str]] = {
     ("api", "rendezvous"),
-    ("lambda_runtime", "launcher"),
-    ("lambda_runtime", "transport"),
     ("redis_relay", "collectives"),
     ("redis_relay", "relay_server"),
 }

@@ -11,8 +11,15 @@ from typing import Callable
 
 __version__ = "0.1.0"
 
-# Set by the Lambda handler for the length of one invocation: seconds left before the platform stops it.
+# Set by the platform's host (the Lambda handler) for the length of one invocation: seconds left before it stops us.
 _remaining: Callable[[], float] | None = None
+
+
+def set_remaining_time_source(source: Callable[[], float] | None) -> None:
+    """For the code that hosts a rank on a platform with a deadline (the Lambda handler): where
+    ``remaining_time()`` reads the seconds left; None when the invocation ends."""
+    global _remaining
+    _remaining = source
 
 
 def remaining_time() -> float:

@@ -40,7 +40,7 @@ def test_rejected_credentials_name_the_cause(lambda_run, moto, bundle_cache, mon
     # moto accepts any key, so reject them the way AWS does
     from botocore.exceptions import ClientError
 
-    from fmpi.launcher.lambda_backend.aws import explain
+    from fmpi.lambda_runtime.aws_errors import explain
 
     err = ClientError({"Error": {"Code": "UnrecognizedClientException", "Message": "The security token included in the request is invalid."}}, "GetFunction")
     message = explain(err, "look up function fmpi-rank")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import textwrap
 
@@ -43,4 +44,4 @@ def test_remaining_time_is_reset_after_the_invocation():
 
     with _RemainingTime(Context()):
         assert fmpi.remaining_time() == 4.2
-    assert fmpi._remaining is None
+    assert fmpi.remaining_time() == math.inf  # (from nothing: no deadline)

@@ -186,6 +186,14 @@ def processor_name() -> str:
     return socket.gethostname()
 
 
+def take_over_finalize() -> bool:
+    """For the code hosting the program (the Lambda handler): True when the program left MPI unfinalized and the
+    host now ends it (the rank counts as finalized from here); False when the program finalized already."""
+    with state.lock:
+        done, state.finalized = state.finalized, True
+    return not done
+
+
 def reset_for_next_invocation() -> None:
     """Forget this process's MPI state, so that the process can serve another rank of another job.
 

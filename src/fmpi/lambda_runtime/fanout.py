@@ -17,7 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ..launcher.lambda_backend.aws import explain
+from .aws_errors import explain
 from .event import Fanout, RankEvent, split
 
 WORKERS = 32  # invocations in flight from the launcher

@@ -37,6 +37,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from .. import set_remaining_time_source
 from ..api.exceptions import cause_of
 from ..rank import join as bootstrap
 from ..rank.shim_path import SHIM_DIR
@@ -283,15 +284,11 @@ class _RemainingTime:
         self.context = context
 
     def __enter__(self) -> None:
-        import fmpi
-
         if self.context is not None and hasattr(self.context, "get_remaining_time_in_millis"):
-            fmpi._remaining = lambda: self.context.get_remaining_time_in_millis() / 1000.0
+            set_remaining_time_source(lambda: self.context.get_remaining_time_in_millis() / 1000.0)
 
     def __exit__(self, *exc: object) -> None:
-        import fmpi
-
-        fmpi._remaining = None
+        set_remaining_time_source(None)
 
 
 # ----------------------------------------------------------------- process state
@@ -363,17 +360,13 @@ def _end_session(
 ) -> None:
     """Finalize this rank (unless the program did); with `abort_reason`, abort the job first (`abort_cause`: see ``protocol.abort_cause``)."""
     from ..api import runtime
-    from ..transport.requests import TransportError
 
-    with runtime.state.lock:
-        done, runtime.state.finalized = runtime.state.finalized, True
-    if done:
+    if not runtime.take_over_finalize():
         return
     if abort_reason is not None:
         # Stop the progress thread first: the relay echoes the abort to every
         # rank, and the bootstrap answers an abort by ending the process.
-        session.engine.fail(TransportError(abort_reason, "ERR_ABORTED"))
-        session.engine.abandon()
+        session.stop_for_abort(abort_reason)
         _quiet(session.send_to_relay, Kind.ABORT, abort_body(code, abort_reason, abort_cause))
     session.finalize(code)
 

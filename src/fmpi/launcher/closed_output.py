@@ -19,7 +19,6 @@ import signal
 import threading
 from typing import BinaryIO, TextIO
 
-
 _stopping = False  # set just before fmpirun signals itself
 
 

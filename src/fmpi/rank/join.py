@@ -109,6 +109,12 @@ class RankSession:
             pass
         channel.close_gracefully()
 
+    def stop_for_abort(self, reason: str) -> None:
+        """Fail every pending operation and stop the progress thread, before telling the relay of an abort:
+        the relay echoes the abort to every rank, and this session answers an abort by ending the process."""
+        self.engine.fail(TransportError(reason, "ERR_ABORTED"))
+        self.engine.abandon()
+
     def abort(self, code: int, reason: str, cause: dict[str, Any] | None = None) -> None:
         """End the whole job: every rank exits with `code` (`cause`: see ``protocol.abort_cause``)."""
         channel = self.engine.relay

@@ -8,9 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...lambda_runtime.aws_errors import explain
 from ...lambda_runtime.event import EVENT_VERSION
 from ...lambda_runtime.handler import HANDLER
-from .aws import LambdaError, Target, explain
+from .aws import LambdaError, Target
 from .packaging import Bundle
 from .s3code import CodeSource
 

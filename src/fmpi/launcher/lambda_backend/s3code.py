@@ -24,7 +24,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .aws import LambdaError, Target, explain
+from ...lambda_runtime.aws_errors import explain
+from .aws import LambdaError, Target
 from .packaging import Bundle, direct_upload_limit
 
 KEY_PREFIX = "fmpi/lambda/"
