@@ -38,10 +38,11 @@ if [ ! -x "$ls_venv/bin/python" ] || [ "$(cat "$ls_venv/.fmpi-pins" 2>/dev/null)
   "$ls_venv/bin/python" -m pip install -q --disable-pip-version-check "${pins[@]}"
   echo "$wanted" > "$ls_venv/.fmpi-pins"
 fi
-# The executor plugin is installed from this checkout every time (it is tiny): the
-# cached venv may have been built from another clone.
+# The executor plugin, and fmpi itself (the plugin takes fmpi.lambda_local's Runtime API from it), are
+# installed from this checkout every time, without dependencies: the cached venv may have been built
+# from another clone.
 "$ls_venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
-  -e tests/lambda/localstack_plugin
+  -e . -e tests/lambda/localstack_plugin
 
 set +e
 FMPI_LOCALSTACK_PYTHON="$ls_venv/bin/python" "$main_venv/bin/python" -m pytest -q -p no:cacheprovider \

@@ -37,6 +37,7 @@ ALLOWED: dict[str, set[str]] = {
     "settings": {"util"},
     # programs: fmpirun, fmpi-relay, python -m fmpi
     "launcher": {"lambda_runtime", "rank", "rendezvous", "relay_server", "dso_client", "wire"},
+    "lambda_local": {"lambda_runtime"},  # fmpi-lambda-local: the runtimes' table, nothing else of fmpi's
     "relay_server": {"wire"},
     "__main__": {"launcher"},
 }

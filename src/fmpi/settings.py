@@ -32,6 +32,9 @@ class Variable:
     default: str  # as the user would write it ("" = unset)
     doc: str
     set_by_fmpirun: bool = False
+    # False: not copied into a Lambda rank's environment (the launcher's own settings; FMPI_TLS_CA, whose file
+    # travels as its content; the deadline, which the handler sets).
+    to_lambda: bool = True
 
 
 VARIABLES: tuple[Variable, ...] = (
@@ -58,13 +61,16 @@ VARIABLES: tuple[Variable, ...] = (
              "FMPI_COLL_SEGMENT or FMPI_COLL_ALLREDUCE_RING_MIN"),
     # errors and limits
     Variable("FMPI_ERRORS", "exception", "what an MPI error does, as mpi4py.rc.errors: exception, default/fatal, abort"),
-    Variable("FMPI_DEADLINE", "", "epoch seconds of this rank's platform deadline (fmpi.remaining_time())"),
-    Variable("FMPI_TLS_CA", "", "PEM file of the CA that signed a tls:// relay's or rediss:// Redis's certificate"),
+    Variable("FMPI_DEADLINE", "", "epoch seconds of this rank's platform deadline (fmpi.remaining_time())", to_lambda=False),
+    Variable("FMPI_TLS_CA", "", "PEM file of the CA that signed a tls:// relay's or rediss:// Redis's certificate "
+             "(Lambda ranks get its content with their event)", to_lambda=False),
     Variable("FMPI_DEBUG_LINKS", "", "1: trace link set-up and failover on stderr"),
     # the Lambda backend (launcher side)
-    Variable("FMPI_CACHE_DIR", "~/.cache/fmpi", "where fmpirun keeps built Lambda packages"),
-    Variable("FMPI_LAMBDA_ZIP_LIMIT", "52428800", "bytes: a larger package is deployed through S3 (may only be lowered)"),
-    Variable("FMPI_LAMBDA_UNZIPPED_LIMIT", "262144000", "bytes: Lambda's limit on an unzipped function (may only be lowered)"),
+    Variable("FMPI_CACHE_DIR", "~/.cache/fmpi", "where fmpirun keeps built Lambda packages", to_lambda=False),
+    Variable("FMPI_LAMBDA_ZIP_LIMIT", "52428800", "bytes: a larger package is deployed through S3 (may only be lowered)",
+             to_lambda=False),
+    Variable("FMPI_LAMBDA_UNZIPPED_LIMIT", "262144000", "bytes: Lambda's limit on an unzipped function (may only be lowered)",
+             to_lambda=False),
     # what fmpirun gives each rank
     Variable("FMPI_JOB", "", "the job id", set_by_fmpirun=True),
     Variable("FMPI_RANK", "", "this rank's slot", set_by_fmpirun=True),
@@ -154,6 +160,16 @@ def read(env: Mapping[str, str] | None = None) -> Settings:
         if raw(name):
             values[attr] = _positive_int(name, raw(name))
     return Settings(**values)  # type: ignore[arg-type]
+
+
+def for_lambda_ranks(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The FMPI_* tuning variables of `env` that a Lambda rank gets in its event (it has no environment of ours)."""
+    env = os.environ if env is None else env
+    passed = {v.name for v in VARIABLES if v.to_lambda and not v.set_by_fmpirun and "<" not in v.name}
+    return {
+        name: value for name, value in sorted(env.items())
+        if name in passed or (name.startswith(COLL_PREFIX) and value.strip())
+    }
 
 
 _current: Settings | None = None

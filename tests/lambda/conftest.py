@@ -3,7 +3,7 @@
 * ``runtime_site``: the packages the AWS Python runtime has (and nothing else);
   handlers run with ``python -S`` and only that on their path, so the
   deployment zip must bring fmpi, numpy and powertools itself.
-* ``moto_server`` (session): ``emulator.MotoLambdaServer``, with ``faults``
+* ``moto_server`` (session): ``fmpi.lambda_local.server.MotoLambdaServer``, with ``faults``
   that tests set (drop or duplicate a rank's invocation, or run ranks in
   network namespaces); ``moto`` (per test) resets the faults and, after the
   test, checks that every invocation has ended (no rank keeps billing).
@@ -23,7 +23,8 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from emulator import MotoLambdaServer, build_runtime_site
+from fmpi.lambda_local.runtime_site import build_runtime_site
+from fmpi.lambda_local.server import MotoLambdaServer
 from lambda_testing import FMPIRUN, Faults, Run, aws_env
 
 

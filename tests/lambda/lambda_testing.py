@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from emulator import FunctionSpec, Placement, event_of
+from fmpi.lambda_local.executor import FunctionSpec, Placement, event_of
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -40,8 +40,9 @@ class Faults:
         self.netns = None
 
     def place(self, spec: FunctionSpec, payload: bytes) -> Placement:
-        rank = event_of(payload).get("rank")
-        if rank in self.drop:
+        event = event_of(payload)
+        rank = 0 if event.get("ping") else event.get("rank")  # fmpirun's ping runs where rank 0 would
+        if rank in self.drop and not event.get("ping"):
             return Placement(run=False)
         return Placement(netns=self.netns(rank) if self.netns and isinstance(rank, int) else None)
 

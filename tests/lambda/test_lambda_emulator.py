@@ -11,8 +11,7 @@ import uuid
 import zipfile
 
 import pytest
-from emulator import ShimIncompatible, check_awslambdaric, check_moto_compat
-from emulator.canary import TESTED_MOTO
+from fmpi.lambda_local.canary import TESTED_MOTO, ShimIncompatible, check_awslambdaric, check_moto_compat
 
 HANDLERS = '''
 import json, os, sys, time
@@ -26,8 +25,6 @@ def numpy_version(event, context):
     return numpy.__version__
 
 def sleepy(event, context):
-    with open(event["pidfile"], "w") as f:
-        f.write(str(os.getpid()))
     time.sleep(event["sleep"])
 '''
 
@@ -52,7 +49,7 @@ def _create(moto, handler: str, timeout: int = 5) -> str:
 def test_canary_passes_on_the_pinned_moto(runtime_site):
     import moto
 
-    assert moto.__version__ in TESTED_MOTO, f"moto {moto.__version__}: re-verify tests/lambda/emulator and update TESTED_MOTO"
+    assert moto.__version__ in TESTED_MOTO, f"moto {moto.__version__}: re-verify src/fmpi/lambda_local and update TESTED_MOTO"
     check_moto_compat()
     assert check_awslambdaric(sys.executable, runtime_site)
 
@@ -93,25 +90,23 @@ def test_runtime_has_only_what_aws_provides(moto):
     assert error["errorType"] == "ModuleNotFoundError" and "numpy" in error["errorMessage"]
 
 
-def test_function_timeout_kills_the_process(moto, tmp_path):
+def test_function_timeout_kills_the_process(moto):
     lam = moto.client()
     name = _create(moto, "h.sleepy", timeout=1)
-    pidfile = tmp_path / "pid"
     t0 = time.monotonic()
-    reply = lam.invoke(FunctionName=name, Payload=json.dumps({"sleep": 30, "pidfile": str(pidfile)}))
+    reply = lam.invoke(FunctionName=name, Payload=json.dumps({"sleep": 30}))
     error = json.loads(reply["Payload"].read())
     assert error["errorType"] == "Sandbox.Timedout" and "Task timed out after 1.00 seconds" in error["errorMessage"]
     assert time.monotonic() - t0 < 4
     with pytest.raises(ProcessLookupError):
-        os.kill(int(pidfile.read_text()), 0)
+        os.kill(moto.ctrl.history[-1]["pid"], 0)  # the runtime process (the sandbox's wrappers exec it)
 
 
-def test_event_invocations_are_asynchronous(moto, tmp_path):
+def test_event_invocations_are_asynchronous(moto):
     lam = moto.client()
     name = _create(moto, "h.sleepy", timeout=3)
     t0 = time.monotonic()
-    reply = lam.invoke(FunctionName=name, InvocationType="Event",
-                       Payload=json.dumps({"sleep": 1, "pidfile": str(tmp_path / "pid")}))
+    reply = lam.invoke(FunctionName=name, InvocationType="Event", Payload=json.dumps({"sleep": 1}))
     assert reply["StatusCode"] == 202
     assert time.monotonic() - t0 < 0.5  # stock moto would run it (or try Docker) before answering
     assert moto.ctrl.wait_idle(10)

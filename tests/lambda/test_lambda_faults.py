@@ -20,7 +20,7 @@ import uuid
 import pytest
 from lambda_testing import FMPIRUN, PROGRAMS, aws_env
 
-from fmpi.launcher.lambda_backend.launch import GRACE
+from fmpi.launcher.lambda_backend.follow import GRACE
 
 HELLO = PROGRAMS / "hello.py"
 

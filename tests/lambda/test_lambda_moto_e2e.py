@@ -148,25 +148,26 @@ def test_bad_event_gets_a_clean_function_error(lambda_run, moto):
         assert len(error.get("stackTrace", [])) <= 1  # raised at the top, not deep inside
 
 
-def _layer_zip(tmp_path) -> bytes:
-    """numpy and powertools as a layer: python/<package>..., as `pip install -t python/` would lay them out."""
+def _layer_zip(tmp_path, cache) -> bytes:
+    """numpy and powertools as a layer built for the runtime: python/<package>..., as `pip install -t python/` lays them out."""
     import zipfile
 
+    from fmpi.lambda_runtime.runtimes import default_architecture, default_runtime
     from fmpi.launcher.lambda_backend import packaging
+    from fmpi.launcher.lambda_backend.target_deps import target_dependencies
 
-    entries: dict = {}
-    for dist in packaging._closure(packaging.VENDORED):
-        packaging._add_distribution(entries, dist)
+    folder, _cached = target_dependencies(packaging.TARGET_REQUIREMENTS, default_runtime(), default_architecture(), cache)
     path = tmp_path / "layer.zip"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
-        for name, source in sorted(entries.items()):
-            zf.write(source, "python/" + name)
+        for source in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != ".complete"):
+            zf.write(source, "python/" + source.relative_to(folder).as_posix())
     return path.read_bytes()
 
 
-def test_dependencies_from_a_layer(lambda_run, moto, tmp_path):
+def test_dependencies_from_a_layer(lambda_run, moto, tmp_path, bundle_cache):
     lam = moto.client()
-    arn = lam.publish_layer_version(LayerName="fmpi-deps", Content={"ZipFile": _layer_zip(tmp_path)})["LayerVersionArn"]
+    layer = _layer_zip(tmp_path, bundle_cache / "lambda")
+    arn = lam.publish_layer_version(LayerName="fmpi-deps", Content={"ZipFile": layer})["LayerVersionArn"]
     run = lambda_run(4, REPO / "apps" / "pi.py", "--samples", "100000",
                      extra=("--function-name", "fmpi-layered", "--layers", arn, "--no-bundle-deps"))
     assert run.returncode == 0, run.stderr

@@ -25,8 +25,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from emulator.netbridge import UnixToTcp
-from lambda_testing import FMPIRUN, HERE, PROGRAMS, REPO, Run, aws_env
+from fmpi.lambda_local import netbridge
+from fmpi.lambda_local.netbridge import UnixToTcp
+from lambda_testing import FMPIRUN, PROGRAMS, REPO, Run, aws_env
 
 sys.path.insert(0, str(REPO / "tests"))
 from natlab.topology import NatLab, cleanup_stale, natlab_available
@@ -54,7 +55,7 @@ def lab_fmpirun(nat_lab, moto, bundle_cache):
     sock_dir = tempfile.mkdtemp(prefix="fmpi-nat-")  # short: Unix socket paths are limited to 108 bytes
     bridge = UnixToTcp(f"{sock_dir}/moto.sock", host, int(port))
     moto_port = nat_lab.fresh_port()
-    forwarder = nat_lab.python("relay", [str(HERE / "emulator" / "netbridge.py"), str(moto_port), bridge.path],
+    forwarder = nat_lab.python("relay", [netbridge.__file__, str(moto_port), bridge.path],
                                stdout=subprocess.PIPE, text=True)
     assert forwarder.stdout.readline().strip() == "ready"
     moto.faults.netns = lambda rank: nat_lab.ns(f"r{rank}") if 0 <= rank < RANKS else None

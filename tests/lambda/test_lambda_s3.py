@@ -18,18 +18,14 @@ import boto3
 import pytest
 from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ClientError
-from emulator import MOTO_ACCOUNT
+from fmpi.lambda_local.server import MOTO_ACCOUNT
 from lambda_testing import PROGRAMS, aws_env
 
 from fmpi.launcher.lambda_backend import packaging
 from fmpi.launcher.lambda_backend.aws import LambdaError, Target
 from fmpi.launcher.lambda_backend.deploy import FunctionConfig, deploy
-from fmpi.launcher.lambda_backend.packaging import (
-    PackagingError,
-    build_bundle,
-    lambda_architecture,
-    lambda_runtime,
-)
+from fmpi.lambda_runtime.runtimes import default_architecture, default_runtime
+from fmpi.launcher.lambda_backend.packaging import PackagingError, build_bundle
 from fmpi.launcher.lambda_backend.s3code import (
     KEY_PREFIX,
     CodeSource,
@@ -50,8 +46,8 @@ def _target(moto, region: str = REGION) -> Target:
 
 
 def _cfg(moto, name: str) -> FunctionConfig:
-    return FunctionConfig(name=name, memory=256, timeout=30, runtime=lambda_runtime(),
-                          architecture=lambda_architecture(), role=moto.role_arn)
+    return FunctionConfig(name=name, memory=256, timeout=30, runtime=default_runtime().name,
+                          architecture=default_architecture(), role=moto.role_arn)
 
 
 def _code_dir(tmp_path: Path, text: str = "print('hello')\n") -> Path:

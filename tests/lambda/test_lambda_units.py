@@ -24,7 +24,7 @@ from fmpi.lambda_runtime.fanout import choose_arity, heads
 from fmpi.lambda_runtime.handler import InvalidRankEvent, handler
 from fmpi.lambda_runtime.output import CHUNK, ForwardedOutput, ForwardingStream
 from fmpi.launcher.lambda_backend import packaging
-from fmpi.launcher.lambda_backend.launch import UsageError, resolve_program
+from fmpi.launcher.lambda_backend.options import UsageError, resolve_program
 from fmpi.rank.spec import RankSpec
 
 TOKEN = "t" * 24
@@ -241,8 +241,8 @@ def test_bundle_modules_import_from_a_read_only_task_root_without_compiling(tmp_
     assert result.stdout.strip() == "42 []", result.stdout
 
 
-def test_bundle_vendors_what_the_runtime_lacks(tmp_path):
-    bundle = packaging.build_bundle(_code(tmp_path), cache_dir=tmp_path / "cache")
+def test_bundle_vendors_what_the_runtime_lacks(tmp_path, bundle_cache):
+    bundle = packaging.build_bundle(_code(tmp_path), cache_dir=bundle_cache / "lambda")
     with zipfile.ZipFile(bundle.path) as zf:
         names = zf.namelist()
         manifest = json.loads(zf.read("fmpi_bundle.json"))
@@ -257,12 +257,6 @@ def test_zip_over_the_upload_limit_is_built_for_s3(tmp_path, monkeypatch):
     monkeypatch.setenv(packaging.ZIP_LIMIT_ENV, str(32 * 1024))
     bundle = packaging.build_bundle(code, vendor=False, cache_dir=tmp_path / "cache")  # deploy sends it through S3
     assert bundle.zipped_size > packaging.direct_upload_limit() == 32 * 1024
-
-
-def test_glibc_of_binary_wheels_is_checked():
-    assert packaging._glibc("manylinux_2_27_x86_64") == (2, 27)
-    assert packaging._glibc("manylinux2014_x86_64") == (2, 17)
-    assert packaging._glibc("any") is None
 
 
 # ---------------------------------------------------------------- program

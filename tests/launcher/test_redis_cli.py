@@ -11,7 +11,7 @@ from tests_support import fmpirun_argv
 
 from fmpi.lambda_runtime.event import Program, RankEvent
 from fmpi.launcher.cli import build_parser
-from fmpi.launcher.lambda_backend.launch import _Launch
+from fmpi.launcher.lambda_backend.options import RelayPlan, relay_plan
 from fmpi.rank.spec import (
     RankSpec,
     SpecError,
@@ -68,10 +68,10 @@ def test_channel_travels_in_the_environment_and_the_lambda_event():
 
 def test_the_lambda_backend_accepts_a_redis_relay():
     args = build_parser().parse_args(["-n", "2", "--backend", "lambda", "--relay", "redis://:pw@cache:6379/0", "app.py"])
-    assert _Launch(args)._relay_choice() == ("redis://:pw@cache:6379/0", None)
+    assert relay_plan(args) == RelayPlan("redis://:pw@cache:6379/0")
     args = build_parser().parse_args(["-n", "2", "--backend", "lambda", "--relay", "redis://:pw@cache:6379/zero", "app.py"])
     with pytest.raises(ValueError):
-        _Launch(args)._relay_choice()
+        relay_plan(args)
 
 
 def test_fmpirun_rejects_a_bad_relay_url_before_starting_ranks(tmp_path):

@@ -5,7 +5,13 @@
      "incarnation": ..., "fill_timeout": 60.0,
      "deadline": 1767225600.0,          # epoch seconds: the world must be full by then
      "program": {"script": "train.py", "args": ["--epochs", "3"]},   # or {"module": "pkg.main", ...}
-     "fanout": {"ranks": [0, 64], "arity": 8}}                      # optional: invoke ranks 1..63 too
+     "fanout": {"ranks": [0, 64], "arity": 8},                      # optional: invoke ranks 1..63 too
+     "env": {"FMPI_CHANNEL": "relay", "MY_VAR": "1"},                # optional: the program's environment
+     "tls_ca": "-----BEGIN CERTIFICATE-----...",                    # optional: the CA of a tls:// relay
+     "log_output": false}                                           # optional: no program output to CloudWatch
+
+``env`` carries fmpirun's ``-x VAR`` / ``--env VAR=VALUE`` and its FMPI_*
+tuning variables: a function has no environment of the launcher's.
 
 The launcher builds it (``RankEvent.to_event``), the handler validates it
 (``RankEvent.from_event``): anything malformed raises ``EventError`` with one
@@ -30,8 +36,24 @@ CODE_DIR = "app"  # the program's directory inside the deployment zip
 STATUS_STREAM = "fmpi.status"
 
 
+# Names Lambda sets for the function itself: an event may not change them (credentials, region, runtime paths).
+RESERVED_ENV_PREFIXES = ("AWS_", "LAMBDA_", "_")
+
+
 class EventError(ValueError):
     """A rank event that cannot be served (missing or invalid field)."""
+
+
+def check_environment(env: Any) -> dict[str, str]:
+    """`env` as a {name: value} of strings, or EventError naming what is wrong (also used on fmpirun's -x/--env)."""
+    if not isinstance(env, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise EventError("'env' must be an object of string values")
+    for name in env:
+        if not name or "=" in name or "\0" in name:
+            raise EventError(f"{name!r} is not an environment variable name")
+        if name.startswith(RESERVED_ENV_PREFIXES) or name in ("PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "TZ"):
+            raise EventError(f"{name} is set by Lambda for the function; it cannot be passed to ranks")
+    return dict(env)
 
 
 @dataclass(frozen=True)
@@ -114,6 +136,9 @@ class RankEvent:
     program: Program
     deadline: float  # epoch seconds by which the world must be full
     fanout: Fanout | None = None
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)  # the program's environment (and FMPI_*)
+    tls_ca: str | None = None  # PEM of the CA a tls:// relay's certificate is signed by
+    log_output: bool = True  # also write the program's output to the function's log (CloudWatch)
 
     def __post_init__(self) -> None:
         if self.fanout is not None:
@@ -128,12 +153,18 @@ class RankEvent:
         event["program"] = self.program.to_json()
         if self.fanout is not None:
             event["fanout"] = {"ranks": [self.fanout.lo, self.fanout.hi], "arity": self.fanout.arity}
+        if self.env:
+            event["env"] = dict(self.env)
+        if self.tls_ca:
+            event["tls_ca"] = self.tls_ca
+        if not self.log_output:
+            event["log_output"] = False
         return event
 
     def for_subtree(self, sub: Fanout) -> RankEvent:
         """The event of the rank heading subtree `sub` (a fresh incarnation: a new invocation)."""
         spec = dataclasses.replace(self.spec, rank=sub.lo, incarnation=uuid.uuid4().hex)
-        return RankEvent(spec, self.program, self.deadline, sub if sub.hi - sub.lo > 1 else None)
+        return dataclasses.replace(self, spec=spec, fanout=sub if sub.hi - sub.lo > 1 else None)
 
     @classmethod
     def from_event(cls, event: Any) -> RankEvent:
@@ -165,4 +196,11 @@ class RankEvent:
                 fanout = Fanout(int(lo), int(hi), int(raw.get("arity", 2)))
             except (TypeError, ValueError, KeyError):
                 raise EventError("fanout must be {'ranks': [lo, hi], 'arity': k}") from None
-        return cls(spec, program, float(deadline), fanout)
+        env = check_environment(event.get("env") or {})
+        tls_ca = event.get("tls_ca")
+        if tls_ca is not None and not (isinstance(tls_ca, str) and "BEGIN CERTIFICATE" in tls_ca):
+            raise EventError("'tls_ca' must be a PEM certificate")
+        log_output = event.get("log_output", True)
+        if not isinstance(log_output, bool):
+            raise EventError("'log_output' must be true or false")
+        return cls(spec, program, float(deadline), fanout, env, tls_ca, log_output)

@@ -40,7 +40,6 @@ from typing import Any
 from .. import set_remaining_time_source
 from ..api.exceptions import cause_of
 from ..rank import join as bootstrap
-from ..rank.shim_path import SHIM_DIR
 from ..rendezvous.relay_connection import RelayError
 from ..wire.relay_protocol import Kind, abort_body
 from .event import (
@@ -52,11 +51,15 @@ from .event import (
     RankEvent,
 )
 from .output import ForwardedOutput
+from .ping import is_ping, pong
+from .process_state import ProgramState, RankEnvironment
 
 HANDLER = "fmpi.lambda_runtime.handler.handler"
 BUNDLE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding the fmpi package (the task root)
 WATCHDOG_MARGIN = 1.0  # seconds before the function timeout at which the rank aborts the job
 FANOUT_WORKERS = 8
+# In the function's log line of a rank that could not join: fmpirun looks for it (with the job id) in CloudWatch.
+JOIN_FAILED = "fmpi_join_failed"
 
 _logger: Any = None
 
@@ -67,8 +70,8 @@ class InvalidRankEvent(Exception):
 
 def handler(event: Any, context: Any) -> dict[str, Any]:
     log = _get_logger()
-    if isinstance(event, dict) and event.get("fmpi") == EVENT_VERSION and event.get("ping"):
-        return _pong()
+    if is_ping(event) and event.get("fmpi") == EVENT_VERSION:
+        return pong(event)
     try:
         request = RankEvent.from_event(event)
         script = request.program.script
@@ -85,7 +88,8 @@ def handler(event: Any, context: Any) -> dict[str, Any]:
     }
     log.append_keys(**keys)
     try:
-        return _Rank(request, context, log).run()
+        with RankEnvironment(request):
+            return _Rank(request, context, log).run()
     finally:
         log.remove_keys(list(keys))
 
@@ -137,12 +141,13 @@ class _Rank:
             if exc.code == "duplicate":
                 self.log.warning(f"duplicate invocation refused at rendezvous: {exc}")
                 return self.summary("duplicate", exit_status=None, message=str(exc))
-            self.log.error(f"could not join the job: {exc}")
+            # One line fmpirun finds in CloudWatch (JOIN_FAILED and the job id): it ends the job at once with the cause.
+            self.log.error(f"{JOIN_FAILED}: rank {self.rank} of job {request.spec.job} could not join: {exc}")
             return self.summary("not_joined", exit_status=None, message=str(exc), code=exc.code)
         self.timings["join"] = round(time.time() - self.started, 6)
         self._join_thread(fanout_thread)
         self.log.info("joined the job", extra={"world_size": session.size})
-        with _ProcessState(request), _RemainingTime(self.context):
+        with ProgramState(request, BUNDLE_ROOT / CODE_DIR), _RemainingTime(self.context):
             try:
                 return self._run_joined(session)
             except BaseException as exc:
@@ -160,7 +165,7 @@ class _Rank:
             status["invoked"] = self.children.get("invoked", 0)
         _quiet(send, STATUS_STREAM, json.dumps(status))
         error: BaseException | None = None
-        with ForwardedOutput(send) as out:
+        with ForwardedOutput(send, tee=self.request.log_output) as out:
             watchdog = _Watchdog(self.context, lambda: self._timeout_abort(session, out))
             watchdog.start()
             t_run = time.time()
@@ -291,60 +296,6 @@ class _RemainingTime:
         set_remaining_time_source(None)
 
 
-# ----------------------------------------------------------------- process state
-
-
-class _ProcessState:
-    """Save what a program can change in this process, restore it after, and forget the program's modules."""
-
-    def __init__(self, request: RankEvent) -> None:
-        self.request = request
-        self.code_dir = BUNDLE_ROOT / CODE_DIR
-
-    def __enter__(self) -> _ProcessState:
-        self.argv = sys.argv[:]
-        self.path = sys.path[:]
-        self.cwd = os.getcwd()
-        self.environ = dict(os.environ)
-        self.excepthook = sys.excepthook
-        program = self.request.program
-        first = str(self.code_dir)
-        if program.script is not None:
-            first = str((self.code_dir / program.script).parent)
-        sys.argv = program.argv
-        sys.path[0:0] = [first, SHIM_DIR] if first == str(self.code_dir) else [first, str(self.code_dir), SHIM_DIR]
-        if self.code_dir.is_dir():
-            os.chdir(self.code_dir)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        from ..api import runtime
-
-        runtime.reset_for_next_invocation()
-        _forget_modules(self.code_dir)
-        sys.argv = self.argv
-        sys.path[:] = self.path
-        sys.excepthook = self.excepthook
-        try:
-            os.chdir(self.cwd)
-        except OSError:
-            pass
-        os.environ.clear()
-        os.environ.update(self.environ)
-
-
-def _forget_modules(code_dir: Path) -> None:
-    """Drop the program's modules and the MPI facade (it caches COMM_WORLD), so the next run imports them afresh."""
-    prefix = str(code_dir) + os.sep
-    for name, module in list(sys.modules.items()):
-        where = getattr(module, "__file__", None) or next(iter(getattr(module, "__path__", []) or []), None)
-        if name in ("fmpi.MPI", "mpi4py") or name.startswith("mpi4py.") or (where and str(where).startswith(prefix)):
-            del sys.modules[name]
-    fmpi_pkg = sys.modules.get("fmpi")
-    if fmpi_pkg is not None and "MPI" in vars(fmpi_pkg):
-        delattr(fmpi_pkg, "MPI")  # else `from fmpi import MPI` returns the stale module
-
-
 # ---------------------------------------------------------------------- MPI state
 
 
@@ -383,20 +334,6 @@ def _quiet(fn, *args):
         return fn(*args)
     except Exception:  # noqa: BLE001 - reporting must never fail a rank
         return None
-
-
-def _pong() -> dict[str, Any]:
-    """The launcher's check, right after a deployment, that the bundle imports in the real runtime."""
-    from .. import __version__
-
-    answer: dict[str, Any] = {"fmpi": __version__, "python": sys.version.split()[0]}
-    try:
-        import numpy
-
-        answer["numpy"] = numpy.__version__
-    except Exception as exc:  # noqa: BLE001
-        answer["numpy_error"] = f"{type(exc).__name__}: {exc}"
-    return answer
 
 
 def _get_logger() -> Any:

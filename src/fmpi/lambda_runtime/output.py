@@ -6,7 +6,8 @@ that collect what is written and send it as OUTPUT frames every
 are waiting), so a chatty program costs one frame per interval, not one per
 line; the launcher prints complete lines as the local backend prints a
 rank's pipes. Everything is also written to the original streams, so the
-function's own logs (CloudWatch) keep the program's output.
+function's own logs (CloudWatch) keep the program's output, unless the
+launcher said not to (``tee=False``).
 
 Only Python-level writes are forwarded: output that a C extension or a
 child process writes straight to file descriptor 1 or 2 reaches CloudWatch
@@ -114,12 +115,16 @@ class ForwardingStream(io.TextIOBase):
 
 
 class ForwardedOutput:
-    """While active, ``sys.stdout``/``sys.stderr`` forward to `send`; ``close()`` flushes and restores."""
+    """While active, ``sys.stdout``/``sys.stderr`` forward to `send`; ``close()`` flushes and restores.
 
-    def __init__(self, send: Send) -> None:
+    `tee`: also write to the original streams (the function's log). fmpirun
+    turns it off with ``--no-log-output``: CloudWatch bills every byte ingested.
+    """
+
+    def __init__(self, send: Send, tee: bool = True) -> None:
         self._saved = (sys.stdout, sys.stderr)
-        self.stdout = ForwardingStream("stdout", send, sys.stdout)
-        self.stderr = ForwardingStream("stderr", send, sys.stderr)
+        self.stdout = ForwardingStream("stdout", send, sys.stdout if tee else None)
+        self.stderr = ForwardingStream("stderr", send, sys.stderr if tee else None)
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick, name="fmpi-output", daemon=True)
 

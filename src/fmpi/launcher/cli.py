@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=["local", "lambda", "localstack"], default="local", help="where ranks run (default: local)")
     p.add_argument("--relay", metavar="URL", help="use this relay instead of starting one in fmpirun: tcp://host:port (fmpi-relay; tcp://a:7000,b:7000 shards server-side collectives over several) or redis://[:password@]host:port/db")
     p.add_argument("--channel", choices=["auto", "direct", "punch", "relay"], help="how links between ranks are made (sets FMPI_CHANNEL; default auto: direct or punched where possible, relayed where not)")
-    p.add_argument("--relay-listen", metavar="HOST:PORT", help="address of the relay fmpirun starts (default 127.0.0.1:0; the Lambda backends need one the functions reach)")
+    p.add_argument("--relay-listen", metavar="HOST:PORT", help="address of the relay fmpirun starts (default 127.0.0.1:0; for Lambda: 0.0.0.0:PORT with --relay-advertise)")
     p.add_argument("--tag-output", action="store_true", help="prefix every output line with [rank]")
     p.add_argument("--bind-to", choices=BIND_CHOICES, default="auto", help="local backend: bind each rank to one core (auto, the default: when the ranks outnumber the cores, the same number on each)")
     p.add_argument("--fill-timeout", type=float, default=DEFAULT_FILL_TIMEOUT, metavar="S", help="seconds for all ranks to join (default %(default)g)")
@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--job", help="job id (with --join)")
     p.add_argument("--rank", type=int, default=-1, help="rank slot to take (with --join; default: any free slot)")
     p.add_argument("--size", type=int, help="world size (with --join)")
+    p.add_argument("-x", "--env", dest="env", action="append", default=[], metavar="VAR[=VALUE]",
+                   help="pass VAR (its value here, or VALUE) to every rank, as mpiexec -x; repeatable "
+                        "(Lambda ranks also get every FMPI_* variable set here)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the program and its arguments")
     g = p.add_argument_group("Lambda backends (--backend lambda|localstack; see docs/lambda.md)")
     g.add_argument("--function-name", default="fmpi-rank", metavar="NAME", help="the function the ranks run in (default %(default)s)")
@@ -74,7 +77,16 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--code", metavar="DIR", help="directory deployed with the program (default: the script's directory)")
     g.add_argument("--endpoint-url", metavar="URL", help="AWS endpoint (default: AWS_ENDPOINT_URL; localstack: http://localhost:4566)")
     g.add_argument("--s3-bucket", metavar="NAME", help="S3 bucket for packages over Lambda's 50 MB direct-upload limit (default: fmpi-code-ACCOUNT-REGION, created if missing)")
-    g.add_argument("--no-bundle-deps", action="store_true", help="leave numpy and powertools out of the zip (a layer provides them)")
+    g.add_argument("--no-bundle-deps", action="store_true", help="leave numpy and powertools out of the zip (a layer provides them; same as --deps none)")
+    g.add_argument("--deps", choices=["target", "local", "none"], default="target", help="where the bundled dependencies come from: built for the runtime with pip (target, the default), copied from this environment (local), or none")
+    g.add_argument("--runtime", metavar="NAME", help="the Lambda runtime: python3.11 (Amazon Linux 2, glibc 2.26), python3.12, python3.13 or python3.14 (Amazon Linux 2023, glibc 2.34); default: this Python's version")
+    g.add_argument("--arch", choices=["x86_64", "arm64"], help="the functions' architecture (default: this machine's; arm64 is cheaper)")
+    g.add_argument("--relay-advertise", metavar="HOST[:PORT]", help="the address the functions connect to for the relay fmpirun runs (--relay-listen 0.0.0.0:7000 --relay-advertise PUBLIC_IP:7000)")
+    g.add_argument("--relay-probe-port", type=int, metavar="PORT", help="the NAT probe port of the relay fmpirun runs (default: any free port; fix it to open it in a firewall)")
+    g.add_argument("--dry-run", action="store_true", help="build the package and list what is in it, deploy nothing (with --cleanup: list what would be deleted)")
+    g.add_argument("--cleanup", action="store_true", help="delete what fmpirun created in the region (functions, log groups, the code bucket; found by their fmpi tag)")
+    g.add_argument("--log-retention", type=int, default=14, metavar="DAYS", help="retention of the log group fmpirun creates for a new function (default %(default)s days)")
+    g.add_argument("--no-log-output", action="store_true", help="do not copy the program's output into CloudWatch Logs (ingestion is billed per GB)")
     g.add_argument("--fanout-arity", type=int, metavar="K", help="start ranks through an invocation tree of arity K (0: all from fmpirun; default: a tree above 64 ranks)")
     return p
 
@@ -115,6 +127,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _launch(args: argparse.Namespace) -> int:
+    if args.cleanup:
+        if args.backend == "local":
+            raise UsageError("--cleanup removes what fmpirun created on AWS: use it with --backend lambda or localstack")
+        from .lambda_backend.launch import run as run_lambda
+
+        return run_lambda(args)
     if args.n is None:
         raise UsageError("the number of ranks is required: -n N")
     if args.n < 1:
@@ -130,6 +148,7 @@ def _launch(args: argparse.Namespace) -> int:
 
         return run_lambda(args)
     command = None if args.print_join else resolve_command(args.command)
+    _export(args.env)
 
     try:
         # The ranks read these; a mistake is cheaper to report here, once, than on every rank.
@@ -180,6 +199,18 @@ def _launch(args: argparse.Namespace) -> int:
         if relay is not None:
             relay.stop()
     return outcome_code
+
+
+def _export(assignments: list[str]) -> None:
+    """-x VAR[=VALUE] for local ranks: they inherit fmpirun's environment, so a value given is set here."""
+    for item in assignments:
+        name, eq, value = item.partition("=")
+        if not name:
+            raise UsageError(f"-x/--env needs VAR or VAR=VALUE, not {item!r}")
+        if eq:
+            os.environ[name] = value
+        elif name not in os.environ:
+            raise UsageError(f"-x {name}: {name} is not set here; give it a value with --env {name}=VALUE")
 
 
 def _report_links(job: Job, verbose: bool, complete: bool) -> None:

@@ -1,7 +1,10 @@
 """boto3 sessions for the two AWS backends, and AWS errors as messages that name their cause.
 
-* ``lambda``: credentials and region from the usual boto3 chain (environment,
+* ``lambda``: credentials from the usual boto3 chain (environment,
   ``--profile`` / ``AWS_PROFILE``, ``~/.aws``, instance or container roles);
+  the region in the AWS CLI v2's order: ``--region``, ``AWS_REGION``,
+  ``AWS_DEFAULT_REGION``, the profile's (botocore alone skips
+  ``AWS_REGION``, and a profile's region would win over it);
   ``AWS_ENDPOINT_URL`` (or ``--endpoint-url``) redirects every call, which is
   how the tests point it at moto.
 * ``localstack``: the same code against ``http://localhost:4566`` (or
@@ -34,7 +37,8 @@ class Target:
         from botocore.config import Config
 
         config = Config(
-            retries={"mode": "standard", "max_attempts": 5},
+            # botocore's own back-off for throttling and transient errors on every call
+            retries={"mode": "standard", "max_attempts": 8},
             max_pool_connections=workers,
             connect_timeout=10,
             read_timeout=read_timeout,
@@ -53,6 +57,31 @@ class Target:
         endpoint = self.custom_endpoint
         return f"{self.region} at {endpoint}" if endpoint else self.region
 
+    def account(self) -> str:
+        """The account the credentials belong to (sts:GetCallerIdentity, allowed to every identity)."""
+        from ...lambda_runtime.aws_errors import explain
+
+        try:
+            return self.client("sts").get_caller_identity()["Account"]
+        except Exception as exc:
+            raise LambdaError(explain(exc, "find the AWS account of these credentials")) from None
+
+
+def error_code(exc: BaseException) -> str:
+    """The AWS error code of a botocore ClientError ("" for anything else)."""
+    return str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
+
+
+def region_choice(region: str | None, environ: dict[str, str] | None = None) -> tuple[str | None, str]:
+    """(region, where it came from) in the AWS CLI v2's order, before the profile (None: ask the profile)."""
+    environ = dict(os.environ) if environ is None else environ
+    if region:
+        return region, "--region"
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+        if environ.get(name, "").strip():
+            return environ[name].strip(), name
+    return None, "the AWS profile"
+
 
 def connect(backend: str, region: str | None, profile: str | None, endpoint_url: str | None) -> Target:
     """A session for `backend`, with its credentials and region checked before any API call."""
@@ -67,10 +96,16 @@ def connect(backend: str, region: str | None, profile: str | None, endpoint_url:
         region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or LOCALSTACK_REGION
         session = boto3.Session(aws_access_key_id="test", aws_secret_access_key="test", region_name=region)
     else:
+        region, _source = region_choice(region)
         try:
             session = boto3.Session(profile_name=profile, region_name=region)
-        except botocore.exceptions.ProfileNotFound:
-            raise LambdaError(f"AWS profile {profile!r} not found (looked in ~/.aws/config and ~/.aws/credentials)") from None
+        except botocore.exceptions.ProfileNotFound as exc:
+            name = profile or os.environ.get("AWS_PROFILE") or getattr(exc, "kwargs", {}).get("profile")
+            where = "--profile" if profile else "AWS_PROFILE"
+            raise LambdaError(
+                f"AWS profile {name!r} ({where}) not found in ~/.aws/config or ~/.aws/credentials: "
+                "`aws configure list-profiles` shows the ones there"
+            ) from None
         region = session.region_name
         if not region:
             raise LambdaError(

@@ -3,8 +3,8 @@
 Layout (the zip's root is the function's task root, ``/var/task``)::
 
     fmpi/...                 this fmpi (the handler is fmpi.lambda_runtime.handler.handler)
-    numpy/..., aws_lambda_powertools/..., ...   dependencies copied from this environment
-    app/...                  the program's directory (or --code DIR)
+    numpy/..., aws_lambda_powertools/..., ...   dependencies built for the runtime (target_deps)
+    app/...                  the program's directory (or --code DIR), minus secrets and caches (code_files)
     fmpi_bundle.json         what went in
     .../__pycache__/*.pyc    every .py above, compiled (see below)
 
@@ -16,20 +16,22 @@ under ``$FMPI_CACHE_DIR`` (default ``~/.cache/fmpi``)/lambda.
 Lambda's limits: a zip over 50 MB cannot be uploaded with the API call
 itself (``deploy`` sends it through S3, ``s3code``), and the unzipped
 function, layers included, must stay within 250 MB whichever way it comes
-(checked here, before anything is zipped).
+(checked here, before anything is zipped). Every shared library must load
+on the runtime (its architecture and glibc, ``libraries``): checked here too.
 
 The task root is read-only, so Python cannot cache what it compiles there:
 without ``.pyc`` files every cold start would compile fmpi, numpy's Python
 modules and powertools from source again. Each ``.py`` is therefore
-compiled here, by this interpreter (the runtime is this interpreter's
-version, see ``lambda_runtime``), into an unchecked hash-based ``.pyc``
-(PEP 552): used as is, whatever timestamps the extracted files get. A file
-that does not compile is left to fail (or not) where it is imported.
+compiled here into an unchecked hash-based ``.pyc`` (PEP 552): used as is,
+whatever timestamps the extracted files get. Only this interpreter's
+bytecode can be made here, so a runtime of another Python version gets the
+sources alone (and a warning). A file that does not compile is left to fail
+(or not) where it is imported.
 
-Dependencies are copied from the environment fmpirun runs in, so they must
-suit the Lambda runtime (Linux, same Python version and architecture; for
-binary wheels, a glibc no newer than the runtime's). ``--no-bundle-deps``
-leaves them out, for when a layer (``--layers``) provides them.
+Dependencies (``deps``): ``target`` (the default) builds them for the
+runtime with pip; ``local`` copies them from the environment fmpirun runs in
+(they must suit the runtime: the library check says when they do not);
+``none`` leaves them out, for when a layer (``--layers``) provides them.
 """
 
 from __future__ import annotations
@@ -38,7 +40,6 @@ import base64
 import hashlib
 import json
 import os
-import platform
 import py_compile
 import re
 import stat
@@ -51,6 +52,10 @@ from pathlib import Path
 
 from ... import settings
 from ...lambda_runtime.event import CODE_DIR
+from ...lambda_runtime.runtimes import Runtime, default_architecture, default_runtime
+from .code_files import IgnoreFileError, program_files
+from .libraries import LibraryMismatch, check_libraries
+from .target_deps import DependencyBuildError, target_dependencies
 
 ZIP_LIMIT = 50 * 1024 * 1024  # bytes: Lambda's limit for a zip uploaded with the API call (larger ones go through S3)
 UNZIPPED_LIMIT = 250 * 1024 * 1024  # bytes: Lambda's limit for the unzipped function and its layers
@@ -58,19 +63,15 @@ UNZIPPED_LIMIT = 250 * 1024 * 1024  # bytes: Lambda's limit for the unzipped fun
 ZIP_LIMIT_ENV = "FMPI_LAMBDA_ZIP_LIMIT"
 UNZIPPED_LIMIT_ENV = "FMPI_LAMBDA_UNZIPPED_LIMIT"
 VENDORED = ("numpy", "aws-lambda-powertools", "redis")  # what a rank needs that the runtime lacks (redis: redis:// relays)
+# The same, as pip requirements for the runtime's build (fmpi's own lower bounds).
+TARGET_REQUIREMENTS = ("numpy>=1.24", "aws-lambda-powertools>=3", "redis>=5")
 RUNTIME_PROVIDED = frozenset(
     {"boto3", "botocore", "s3transfer", "jmespath", "python-dateutil", "six", "urllib3", "awslambdaric", "simplejson"}
 )
-SKIPPED_DIRS = frozenset(
-    {".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".nox", ".mypy_cache", ".pytest_cache",
-     ".ruff_cache", "node_modules", ".idea", ".vscode", ".ipynb_checkpoints"}
-)
+DEPS_SOURCES = ("target", "local", "none")
 CACHE_KEEP = 8  # zips kept in the cache
 ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 CODE_ROOT = "/var/task"  # where Lambda extracts the zip (the function's task root)
-# glibc of the Lambda Python runtimes: python3.9-3.11 run on Amazon Linux 2, later ones on AL2023.
-RUNTIME_GLIBC = {"python3.9": (2, 26), "python3.10": (2, 26), "python3.11": (2, 26)}
-DEFAULT_GLIBC = (2, 34)
 
 
 class PackagingError(Exception):
@@ -97,16 +98,6 @@ class Bundle:
         return base64.b64decode(self.code_sha256).hex()
 
 
-def lambda_runtime() -> str:
-    """The Lambda runtime matching this interpreter (its dependencies are copied into the zip)."""
-    return f"python{sys.version_info.major}.{sys.version_info.minor}"
-
-
-def lambda_architecture() -> str:
-    machine = platform.machine().lower()
-    return "arm64" if machine in ("aarch64", "arm64") else "x86_64"
-
-
 def cache_root() -> Path:
     return Path(_settings().cache_dir or Path.home() / ".cache" / "fmpi")
 
@@ -130,31 +121,51 @@ def _settings() -> settings.Settings:
 
 
 def build_bundle(
-    code_dir: Path, *, vendor: bool = True, cache_dir: Path | None = None, max_unzipped: int | None = None
+    code_dir: Path,
+    *,
+    vendor: bool = True,
+    deps: str = "target",
+    runtime: Runtime | None = None,
+    architecture: str | None = None,
+    cache_dir: Path | None = None,
+    max_unzipped: int | None = None,
 ) -> Bundle:
     """The deployment zip for the program in `code_dir` (built, or taken from the cache).
 
-    Refused before anything is zipped when the unzipped content exceeds
-    `max_unzipped` (default: ``unzipped_limit()``), a limit that no upload
-    path lifts. The zip's size is not limited here: ``deploy`` sends a zip
-    over the direct-upload limit through S3.
+    `deps` says where the dependencies come from (see the module docstring);
+    ``vendor=False`` is ``deps="none"``. Refused before anything is zipped
+    when the unzipped content exceeds `max_unzipped` (default:
+    ``unzipped_limit()``), a limit that no upload path lifts, or when a
+    shared library cannot load on `runtime` (default: this interpreter's
+    version) on `architecture` (default: this machine's). The zip's size is
+    not limited here: ``deploy`` sends a zip over the direct-upload limit
+    through S3.
     """
     code_dir = Path(code_dir).resolve()
     if not code_dir.is_dir():
         raise PackagingError(f"code directory not found: {code_dir}")
+    runtime = runtime or default_runtime()
+    architecture = architecture or default_architecture()
+    deps = deps if vendor else "none"
+    cache = cache_dir or cache_root() / "lambda"
     entries: dict[str, Path] = {}
-    warnings: list[str] = []
     _add_tree(entries, _fmpi_dir(), "fmpi")
-    vendored: dict[str, str] = {}
-    if vendor:
-        for dist in _closure(VENDORED):
-            warnings += _platform_warnings(dist)
-            vendored[_canonical(dist.metadata["Name"])] = dist.version
-            _add_distribution(entries, dist)
-    _add_tree(entries, code_dir, CODE_DIR)
+    try:
+        vendored = _add_dependencies(entries, deps, runtime, architecture, cache)
+        for rel, path in program_files(code_dir).items():
+            entries.setdefault(f"{CODE_DIR}/{rel}", path)
+        check_libraries(entries, runtime, architecture)
+    except (IgnoreFileError, DependencyBuildError, LibraryMismatch) as exc:
+        raise PackagingError(str(exc)) from None
+    compiles = runtime.python == sys.version_info[:2]
+    warnings = [] if compiles else [
+        f"this is Python {sys.version_info.major}.{sys.version_info.minor}, so the package has no compiled modules "
+        f"for the {runtime.name} runtime: every cold start compiles them (seconds). Run fmpirun with Python "
+        f"{runtime.version} to include them"
+    ]
     manifest = json.dumps(
-        {"fmpi": _fmpi_version(), "runtime": lambda_runtime(), "bytecode": sys.implementation.cache_tag,
-         "code_dir": code_dir.name, "vendored": vendored},
+        {"fmpi": _fmpi_version(), "runtime": runtime.name, "architecture": architecture, "deps": deps,
+         "bytecode": sys.implementation.cache_tag if compiles else None, "code_dir": code_dir.name, "vendored": vendored},
         sort_keys=True,
     ).encode()
 
@@ -166,18 +177,21 @@ def build_bundle(
             f"the function is too large: {_mb(unzipped)} unzipped, and Lambda allows at most {_mb(limit)} unzipped "
             "(its 250 MB limit for the function and its layers together, through S3 or not). Largest files: "
             + ", ".join(f"{name} ({_mb(p.stat().st_size)})" for name, p in biggest)
-            + ". Point --code at a smaller directory (data belongs in S3, read at run time), or provide "
-            "dependencies from layers (--layers ARN, with --no-bundle-deps for numpy and powertools)."
+            + ". Point --code at a smaller directory or list data in its .fmpiignore (data belongs in S3, read at run "
+            "time), or provide dependencies from layers (--layers ARN, with --no-bundle-deps for numpy and powertools)."
         )
 
     digest = _digest(entries, manifest)
-    cache = (cache_dir or cache_root() / "lambda")
     cache.mkdir(parents=True, exist_ok=True)
     path = cache / f"{digest[:32]}.zip"
     cached = path.is_file()
     if not cached:
         tmp = path.with_suffix(f".tmp{os.getpid()}")
-        _write_zip(tmp, entries, manifest)
+        try:
+            _write_zip(tmp, entries, manifest, compiles)
+        except BaseException:
+            tmp.unlink(missing_ok=True)  # Ctrl-C mid-zip leaves no half-written file behind
+            raise
         files, unzipped = _contents(tmp)
         if unzipped > limit:  # (only the compiled modules can have pushed it over)
             tmp.unlink()
@@ -211,20 +225,36 @@ def _fmpi_version() -> str:
 
 
 def _add_tree(entries: dict[str, Path], root: Path, prefix: str) -> None:
+    """Every file under `root` (fmpi's own folder) but compiled modules, as `prefix`/relative path."""
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames[:] = sorted(
-            d for d in dirnames
-            if d not in SKIPPED_DIRS and not d.endswith(".egg-info")
-            and not (Path(dirpath, d) / "pyvenv.cfg").exists()
-        )
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__" and not d.endswith(".egg-info"))
         for name in filenames:
-            if name.endswith((".pyc", ".pyo")):
-                continue
             path = Path(dirpath, name)
-            if not path.is_file():
-                continue
-            arcname = f"{prefix}/{path.relative_to(root).as_posix()}"
-            entries.setdefault(arcname, path)
+            if not name.endswith((".pyc", ".pyo")) and path.is_file():
+                entries.setdefault(f"{prefix}/{path.relative_to(root).as_posix()}", path)
+
+
+def _add_dependencies(entries: dict[str, Path], deps: str, runtime: Runtime, architecture: str, cache: Path) -> dict[str, str]:
+    """Add the dependencies a rank needs; returns {name: version} of what went in."""
+    if deps not in DEPS_SOURCES:
+        raise PackagingError(f"--deps must be one of {', '.join(DEPS_SOURCES)}, not {deps!r}")
+    if deps == "none":
+        return {}
+    if deps == "local":
+        vendored = {}
+        for dist in _closure(VENDORED):
+            vendored[_canonical(dist.metadata["Name"])] = dist.version
+            _add_distribution(entries, dist)
+        return vendored
+    folder, _cached = target_dependencies(TARGET_REQUIREMENTS, runtime, architecture, cache)
+    vendored = {}
+    for dist in metadata.distributions(path=[str(folder)]):
+        name = _canonical(dist.metadata["Name"])
+        if name in RUNTIME_PROVIDED:
+            continue
+        vendored[name] = dist.version
+        _add_distribution(entries, dist)
+    return vendored
 
 
 def _closure(names: tuple[str, ...]) -> list[metadata.Distribution]:
@@ -266,38 +296,6 @@ def _add_distribution(entries: dict[str, Path], dist: metadata.Distribution) -> 
             entries.setdefault(f.as_posix(), path)
 
 
-def _platform_warnings(dist: metadata.Distribution) -> list[str]:
-    """Binary wheels built for a newer glibc than the runtime's will not import on Lambda."""
-    try:
-        wheel = dist.read_text("WHEEL") or ""
-    except OSError:
-        return []
-    tags = [line.split(":", 1)[1].strip() for line in wheel.splitlines() if line.startswith("Tag:")]
-    platforms = {t.split("-")[-1] for t in tags}
-    if not platforms or platforms == {"any"}:
-        return []
-    name = f"{dist.metadata['Name']} {dist.version}"
-    if not sys.platform.startswith("linux"):
-        return [f"{name} is built for {sys.platform}, but Lambda runs Linux: provide it with a layer (--layers ARN --no-bundle-deps)"]
-    need = min((_glibc(p) for p in platforms), default=None)
-    have = RUNTIME_GLIBC.get(lambda_runtime(), DEFAULT_GLIBC)
-    if need is not None and need > have:
-        return [
-            f"{name} is a manylinux_{need[0]}_{need[1]} build, but the {lambda_runtime()} Lambda runtime has "
-            f"glibc {have[0]}.{have[1]}: it may not import there. Install an older-glibc build (e.g. pip install "
-            f"--platform manylinux2014_{platform.machine()} --only-binary=:all:) or provide it with a layer."
-        ]
-    return []
-
-
-def _glibc(tag: str) -> tuple[int, int] | None:
-    m = re.match(r"manylinux_(\d+)_(\d+)_", tag)
-    if m:
-        return int(m.group(1)), int(m.group(2))
-    legacy = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
-    return next((v for k, v in legacy.items() if tag.startswith(k + "_")), None)
-
-
 # ------------------------------------------------------------------------ zip
 
 
@@ -314,8 +312,8 @@ def _mode(path: Path) -> int:
     return 0o755 if path.stat().st_mode & stat.S_IXUSR else 0o644
 
 
-def _write_zip(target: Path, entries: dict[str, Path], manifest: bytes) -> None:
-    compiled = _compile_all(entries)
+def _write_zip(target: Path, entries: dict[str, Path], manifest: bytes, compile_modules: bool) -> None:
+    compiled = _compile_all(entries) if compile_modules else {}
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED, compresslevel=6) as zf:
         for arcname in sorted(entries.keys() | compiled.keys()):
             if arcname in compiled:

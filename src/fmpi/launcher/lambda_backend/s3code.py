@@ -6,7 +6,8 @@ and named by bucket and key. ``CodeSource`` decides which, and uploads at
 most once per content:
 
 * the bucket is ``--s3-bucket NAME``, or fmpi's own ``fmpi-code-ACCOUNT-REGION``
-  (created on first use, in the function's region, which Lambda requires);
+  (created on first use, in the function's region, which Lambda requires;
+  tagged, with a lifecycle rule that expires old packages: ``resources``);
 * the key is ``fmpi/lambda/<sha256 of the zip>.zip``, so an object that is
   already there is the same code and is not uploaded again;
 * the upload carries the zip's SHA-256, which S3 checks.
@@ -27,6 +28,7 @@ from typing import Any
 from ...lambda_runtime.aws_errors import explain
 from .aws import LambdaError, Target
 from .packaging import Bundle, direct_upload_limit
+from .resources import prepare_bucket
 
 KEY_PREFIX = "fmpi/lambda/"
 BUCKET_PREFIX = "fmpi-code-"
@@ -178,6 +180,7 @@ class CodeSource:
             request["CreateBucketConfiguration"] = {"LocationConstraint": region}
         try:
             s3.create_bucket(**request)
+            prepare_bucket(s3, bucket, self.log)
         except Exception as exc:
             code = _code(exc)
             if code == "BucketAlreadyOwnedByYou":  # another fmpirun was quicker

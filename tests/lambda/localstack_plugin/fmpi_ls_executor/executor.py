@@ -4,7 +4,8 @@ Without Docker, LocalStack cannot start its Lambda containers (and its own
 Go init, ``/var/rapid/init``, is a Linux container binary). This executor
 takes their place: one execution environment is one
 ``<python> -S -m awslambdaric <handler>`` process that talks to the same
-Runtime API stand-in the moto emulator uses (``tests/lambda/emulator/runtime_api.py``).
+Runtime API stand-in fmpi-lambda-local uses (``fmpi.lambda_local.runtime_api``, from the fmpi
+installed in LocalStack's environment without its dependencies, see scripts/localstack-stage.sh).
 
 The contract with localstack-core 4.13.1 (``services/lambda_/invocation``):
 
@@ -24,7 +25,7 @@ The contract with localstack-core 4.13.1 (``services/lambda_/invocation``):
 
 Environment (set by the test fixture, passed through LocalStack):
 ``FMPI_LAMBDA_PYTHON`` (an interpreter with awslambdaric) and
-``FMPI_LAMBDA_RUNTIME_SITE`` (the runtime's packages; see emulator/runtime_site.py).
+``FMPI_LAMBDA_RUNTIME_SITE`` (the runtime's packages; see fmpi/lambda_local/runtime_site.py).
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ import sys
 import tempfile
 import threading
 import time
-from pathlib import Path
 
 from localstack import config
 from localstack.services.lambda_.invocation.executor_endpoint import (
@@ -50,9 +50,7 @@ from localstack.services.lambda_.invocation.lambda_models import (
 )
 from localstack.services.lambda_.invocation.runtime_executor import RuntimeExecutor
 
-# The Runtime API stand-in is shared with the moto emulator (this package is installed editable).
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "emulator"))
-from runtime_api import Invocation, RuntimeAPIServer
+from fmpi.lambda_local.runtime_api import Invocation, RuntimeAPIServer
 
 LOG = logging.getLogger(__name__)
 PYTHON = os.environ.get("FMPI_LAMBDA_PYTHON", sys.executable)

@@ -8,6 +8,12 @@ Lambda gives a function, hands it exactly one event through a private
 (SIGKILL of the whole process group), and returns payload, error, logs and
 timings.
 
+What Lambda enforces is enforced here too (``sandbox``): the memory size,
+a read-only code folder, a private size-limited /tmp (with root), the
+runtime's Python version and architecture, and every library the function
+imports from its code or layers must suit the runtime's glibc (the boot
+code refuses to load one that does not, with glibc's message).
+
 Fidelity knobs:
 
 * ``runtime_site``: a directory holding only what the AWS Python runtime
@@ -37,55 +43,14 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..lambda_runtime.runtimes import RUNTIMES, default_architecture
+from ..util import elf
+from .boot import BOOT
 from .runtime_api import Invocation, RuntimeAPIServer
+from .sandbox import DEFAULT_TMP_MB, Sandbox, capabilities, make_read_only
 
 INIT_TIMEOUT_S = 10.0  # AWS's limit for the init phase of an on-demand function
 
-# `python -m awslambdaric <handler>` plus two things:
-# * PR_SET_PDEATHSIG, so that a handler never outlives the process that runs
-#   the emulator (e.g. pytest SIGKILLed mid-run);
-# * in another network namespace, a forwarder from 127.0.0.1:<port> there to
-#   the Runtime API's Unix socket (filesystem sockets cross namespaces; TCP
-#   to the emulator's loopback does not). The forwarder is a forked child, not
-#   a thread: awslambdaric's C client holds the GIL while it posts a response,
-#   so a forwarding thread in the same process could never pass it on.
-# -c keeps sys.path[0] == cwd (the task root), exactly like -m.
-BOOT = r"""
-import ctypes, os, signal, socket, sys, threading
-ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-if os.getppid() != int(os.environ.pop("_EMU_PPID")):
-    os._exit(1)
-_sock_path = os.environ.pop("_EMU_RUNTIME_SOCK", None)
-if _sock_path:
-    _listener = socket.create_server(("127.0.0.1", 0))
-    os.environ["AWS_LAMBDA_RUNTIME_API"] = "127.0.0.1:%d" % _listener.getsockname()[1]
-    if os.fork() == 0:
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # ends with the runtime process
-        def _pump(src, dst):
-            try:
-                while True:
-                    data = src.recv(65536)
-                    if not data:
-                        break
-                    dst.sendall(data)
-            except OSError:
-                pass
-            finally:
-                try:
-                    dst.shutdown(socket.SHUT_WR)
-                except OSError:
-                    pass
-        while True:
-            conn, _ = _listener.accept()
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            up = socket.socket(socket.AF_UNIX)
-            up.connect(_sock_path)
-            threading.Thread(target=_pump, args=(conn, up), daemon=True).start()
-            threading.Thread(target=_pump, args=(up, conn), daemon=True).start()
-    _listener.close()
-from awslambdaric.__main__ import main
-main(["awslambdaric", sys.argv[1]])
-"""
 
 
 @dataclass
@@ -96,8 +61,10 @@ class FunctionSpec:
     code_sha256: str  # any stable digest of zip_bytes
     function_arn: str
     runtime: str = "python3.11"
+    architecture: str = "x86_64"
     timeout_s: float = 3.0
     memory_mb: int = 128
+    tmp_mb: int = DEFAULT_TMP_MB  # the function's ephemeral storage (/tmp)
     version: str = "$LATEST"
     region: str = "us-east-1"
     env: dict[str, str] = field(default_factory=dict)
@@ -140,6 +107,7 @@ class ProcessExecutor:
         extra_env: dict[str, str] | None = None,
         init_timeout_s: float = INIT_TIMEOUT_S,
         placement: Callable[[FunctionSpec, bytes], Placement] | None = None,
+        enforce: dict[str, bool] | None = None,
     ) -> None:
         self.work_dir = os.path.abspath(work_dir)
         self.python = python
@@ -148,6 +116,8 @@ class ProcessExecutor:
         self.extra_env = dict(extra_env or {})
         self.init_timeout_s = init_timeout_s
         self.placement = placement
+        self.enforce = capabilities() if enforce is None else enforce
+        self._python_runtime: str | None = None
         self._code_lock = threading.Lock()
         self._procs: dict[int, subprocess.Popen] = {}
         self._procs_lock = threading.Lock()
@@ -180,8 +150,25 @@ class ProcessExecutor:
                         mode = (info.external_attr >> 16) & 0o777
                         if mode and not info.is_dir():
                             os.chmod(path, mode | 0o444)
+                if not self.enforce["tmp"]:  # no mount namespace to make it read-only in: its permissions do
+                    make_read_only(tmp)
                 os.rename(tmp, dest)
         return dest
+
+    def _refusal(self, spec: FunctionSpec) -> str | None:
+        """Why this machine cannot run `spec` as Lambda would (another Python, another architecture), or None."""
+        if self._python_runtime is None:
+            version = subprocess.run([self.python, "-c", "import sys; print('python%d.%d' % sys.version_info[:2])"],
+                                     capture_output=True, text=True, timeout=60).stdout.strip()
+            self._python_runtime = version
+        if spec.runtime != self._python_runtime or spec.runtime not in RUNTIMES:
+            return (f"this local endpoint runs {self._python_runtime} functions (its own interpreter), not "
+                    f"{spec.runtime}: deploy with --runtime {self._python_runtime}, or run the endpoint with "
+                    f"Python {spec.runtime.removeprefix('python')}")
+        if spec.architecture != default_architecture():
+            return (f"this local endpoint runs {default_architecture()} functions (this machine's), not "
+                    f"{spec.architecture}: deploy with --arch {default_architecture()} to rehearse here")
+        return None
 
     def running(self) -> list[int]:
         """Pids of handler processes still alive."""
@@ -234,7 +221,17 @@ class ProcessExecutor:
         if not placement.run:
             return InvocationResult(request_id, b"", "Unhandled", "Emulator.Dropped",
                                     "invocation dropped by the emulator (never started)\n", {"submit": t_submit})
+        refused = self._refusal(spec)
+        if refused is not None:
+            body = json.dumps({"errorType": "Runtime.Unavailable", "errorMessage": refused}).encode()
+            return InvocationResult(request_id, body, "Unhandled", "Runtime.Unavailable", refused + "\n",
+                                    {"submit": t_submit})
         task_root = self.task_root(spec)
+        layer_roots = sorted({p.split(os.sep + "python")[0] for p in self.layer_paths(spec)})
+        sandbox = Sandbox(self.work_dir, request_id, spec.memory_mb, read_only=[task_root, *layer_roots],
+                          keep=[self.work_dir, *([self.runtime_site] if self.runtime_site else []),
+                                os.path.dirname(os.path.dirname(self.python))],
+                          tmp_mb=spec.tmp_mb, enforce=self.enforce)
         tmp_dir = os.path.join(self.work_dir, "tmp", request_id)
         os.makedirs(tmp_dir, exist_ok=True)
         log_dir = os.path.join(self.work_dir, "logs", spec.name)
@@ -253,13 +250,15 @@ class ProcessExecutor:
             client_context=client_context,
         )
         api.submit(inv)
-        env = self.build_env(spec, task_root, tmp_dir, log_stream)
+        env = self.build_env(spec, task_root, "/tmp" if sandbox.private_tmp else tmp_dir, log_stream)
         env["_EMU_PPID"] = str(os.getpid())
+        env.update(_EMU_GLIBC=RUNTIMES[spec.runtime].glibc_text(), _EMU_ARCH=spec.architecture, _EMU_ELF=elf.__file__,
+                   _EMU_CODE_ROOTS=os.pathsep.join(os.path.join(root, "") for root in [task_root, *layer_roots]))
         if sock_path:
             env["_EMU_RUNTIME_SOCK"] = sock_path
         else:
             env["AWS_LAMBDA_RUNTIME_API"] = api.address
-        argv = [self.python, *(["-S"] if self.runtime_site else []), "-c", BOOT, spec.handler]
+        argv = sandbox.command([self.python, *(["-S"] if self.runtime_site else []), "-c", BOOT, spec.handler])
         if placement.netns:
             argv = ["ip", "netns", "exec", placement.netns, *argv]  # ip execs: same pid
         vm_hwm_kb = None
@@ -267,18 +266,19 @@ class ProcessExecutor:
             log_f.write(f"START RequestId: {request_id} Version: {spec.version}\n".encode())
             log_f.flush()
             t_spawn = time.time()
-            proc = subprocess.Popen(argv, cwd=task_root, env=env, stdin=subprocess.DEVNULL,
+            proc = subprocess.Popen(argv, cwd=task_root, env=env, stdin=subprocess.DEVNULL, preexec_fn=sandbox.enter,
                                     stdout=log_f, stderr=subprocess.STDOUT, start_new_session=True)
             with self._procs_lock:
                 self._procs[proc.pid] = proc
 
             def reap() -> None:
                 rc = proc.wait()
-                how = f"signal: {signal.Signals(-rc).name}" if rc < 0 else f"exit status {rc}"
+                how = f"signal: {signal.Signals(-rc).name.lower().removeprefix('sig')}" if rc < 0 else f"exit status {rc}"
+                kind = "Runtime.OutOfMemory" if sandbox.out_of_memory() else "Runtime.ExitError"
                 inv.finish("exit", json.dumps({
-                    "errorType": "Runtime.ExitError",
+                    "errorType": kind,
                     "errorMessage": f"RequestId: {request_id} Error: Runtime exited with error: {how}",
-                }).encode(), "Runtime.ExitError")
+                }).encode(), kind)
 
             reaper = threading.Thread(target=reap, daemon=True, name=f"reap-{proc.pid}")
             reaper.start()
@@ -304,6 +304,7 @@ class ProcessExecutor:
             finally:
                 vm_hwm_kb = _vm_hwm_kb(proc.pid)
                 _kill_group(proc)
+                sandbox.close()
                 reaper.join(timeout=5)
                 with self._procs_lock:
                     self._procs.pop(proc.pid, None)

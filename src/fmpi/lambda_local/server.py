@@ -25,12 +25,13 @@ class MotoLambdaServer:
         retry_delay_s: float = 1.0,
         extra_env: dict[str, str] | None = None,
         placement: Callable[[FunctionSpec, bytes], Placement] | None = None,
+        role_propagation_s: float = 0.0,
     ) -> None:
         self.work_dir, self.host, self.port = work_dir, host, port
         self.executor = ProcessExecutor(work_dir, python=python, runtime_site=runtime_site,
                                         extra_env=extra_env, placement=placement)
         self.ctrl = LambdaExecController(self.executor, concurrency_limit=concurrency_limit,
-                                         retry_delay_s=retry_delay_s)
+                                         retry_delay_s=retry_delay_s, role_propagation_s=role_propagation_s)
         self._server = None
         self.endpoint_url: str | None = None
 
@@ -57,15 +58,24 @@ class MotoLambdaServer:
         return boto3.client(service, endpoint_url=self.endpoint_url, region_name="us-east-1",
                             aws_access_key_id="testing", aws_secret_access_key="testing", **kw)
 
-    def create_role(self, name: str = "fmpi-lambda-role") -> str:
-        """moto's CreateFunction requires the role to exist in moto's IAM (same account)."""
+    def create_role(self, name: str = "fmpi-lambda-role", age_s: float = 0.0) -> str:
+        """moto's CreateFunction requires the role to exist in moto's IAM (same account). `age_s`: made as if
+        created that long ago (past the emulated IAM propagation)."""
         trust = ('{"Version":"2012-10-17","Statement":[{"Effect":"Allow",'
                  '"Principal":{"Service":"lambda.amazonaws.com"},"Action":"sts:AssumeRole"}]}')
         iam = self.client("iam")
         try:
-            return iam.create_role(RoleName=name, AssumeRolePolicyDocument=trust)["Role"]["Arn"]
+            arn = iam.create_role(RoleName=name, AssumeRolePolicyDocument=trust)["Role"]["Arn"]
         except iam.exceptions.EntityAlreadyExistsException:
             return iam.get_role(RoleName=name)["Role"]["Arn"]
+        if age_s:
+            import datetime
+
+            from moto.iam.models import iam_backends
+
+            role = iam_backends[MOTO_ACCOUNT]["aws"].get_role(name)
+            role.create_date -= datetime.timedelta(seconds=age_s)
+        return arn
 
     def stop(self) -> None:
         try:

@@ -17,7 +17,10 @@ moto's response layer stays in charge: it turns our return value into 202
 (Event), 204 (DryRun) or 200, and drops X-Amz-Log-Result unless LogType=Tail.
 
 Also added: moto 5.2 has no GetAccountSettings route (404); we add the URL
-pattern and a ``LambdaResponse.get_account_settings`` method. All of this must
+pattern and a ``LambdaResponse.get_account_settings`` method. And IAM's
+propagation delay: CreateFunction with a role created less than
+``role_propagation_s`` ago fails as on AWS ("The role defined for the
+function cannot be assumed by Lambda.", ``LambdaBackend.create_function``). All of this must
 be installed before the first Lambda request reaches the server: moto builds
 and caches one Flask app per service on first use.
 
@@ -56,8 +59,9 @@ class LambdaExecController:
     """Owns the executor, the workers of asynchronous (Event) invocations, and the installed patches."""
 
     def __init__(self, executor: ProcessExecutor, concurrency_limit: int = 1000,
-                 retry_delay_s: float = 1.0, save_to_cloudwatch: bool = True) -> None:
+                 retry_delay_s: float = 1.0, save_to_cloudwatch: bool = True, role_propagation_s: float = 0.0) -> None:
         self.executor = executor
+        self.role_propagation_s = role_propagation_s
         self.concurrency_limit = concurrency_limit
         self.retry_delay_s = retry_delay_s
         self.save_to_cloudwatch = save_to_cloudwatch
@@ -87,6 +91,13 @@ class LambdaExecController:
 
         invoke.__wrapped_by_lambda_emulator__ = True  # type: ignore[attr-defined]
         models.LambdaFunction.invoke = invoke
+        create = self._saved["create_function"] = models.LambdaBackend.create_function
+
+        def create_function(backend_self, spec):  # the same signature
+            ctrl._check_role_propagated(backend_self, spec.get("Role", ""))
+            return create(backend_self, spec)
+
+        models.LambdaBackend.create_function = create_function
 
         if not hasattr(responses.LambdaResponse, "get_account_settings"):
             def get_account_settings(resp_self):
@@ -103,6 +114,8 @@ class LambdaExecController:
 
         if "invoke" in self._saved:
             models.LambdaFunction.invoke = self._saved["invoke"]
+        if "create_function" in self._saved:
+            models.LambdaBackend.create_function = self._saved["create_function"]
         if self._saved.get("get_account_settings"):
             del responses.LambdaResponse.get_account_settings
         if self._saved.get("url"):
@@ -120,6 +133,20 @@ class LambdaExecController:
             t.join(timeout=join_timeout)
 
     # ------------------------------------------------------------------ API
+    def _check_role_propagated(self, backend, role_arn: str) -> None:
+        from moto.awslambda.exceptions import InvalidParameterValueException
+        from moto.core.utils import utcnow
+        from moto.iam.models import iam_backends
+
+        if self.role_propagation_s <= 0:
+            return
+        try:
+            role = iam_backends[backend.account_id][backend.partition].get_role_by_arn(role_arn)
+        except Exception:  # noqa: BLE001 - no such role: moto's own check says so
+            return
+        if (utcnow() - role.create_date).total_seconds() < self.role_propagation_s:
+            raise InvalidParameterValueException("The role defined for the function cannot be assumed by Lambda.")
+
     def account_settings(self, backend) -> dict[str, Any]:
         fns = list(backend.list_functions())
         reserved = sum(int(f.reserved_concurrency or 0) for f in fns)
@@ -148,6 +175,7 @@ class LambdaExecController:
             name=fn.function_name, handler=fn.handler, zip_bytes=fn.code_bytes,
             code_sha256=fn.code_digest, function_arn=fn.function_arn,
             runtime=fn.run_time or "python3.11", timeout_s=float(fn.timeout),
+            architecture=(fn.architectures or ["x86_64"])[0], tmp_mb=int(fn.ephemeral_storage),
             memory_mb=int(fn.memory_size), version=str(fn.version), region=fn.region,
             env=dict(fn.environment_vars or {}),
         )

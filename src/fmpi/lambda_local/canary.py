@@ -25,7 +25,7 @@ class ShimIncompatible(RuntimeError):
 
 
 def _fail(msg: str) -> None:
-    raise ShimIncompatible(f"lambda emulator canary: {msg} -- re-verify tests/lambda/emulator against this moto version")
+    raise ShimIncompatible(f"lambda emulator canary: {msg} -- re-verify src/fmpi/lambda_local against this moto version")
 
 
 def check_moto_compat() -> None:
@@ -97,7 +97,19 @@ def check_moto_compat() -> None:
     if "config" not in inspect.signature(models.EventInvokeConfig.__init__).parameters:
         _fail("EventInvokeConfig(config=...) changed")
 
-    # 6. the in-process server API used by the fixture
+    # 6. the role-propagation hook, and what it reads
+    params = list(inspect.signature(models.LambdaBackend.create_function).parameters)
+    if params != ["self", "spec"]:
+        _fail(f"LambdaBackend.create_function signature changed: {params}")
+    from moto.iam.models import IAMBackend, Role
+
+    if not callable(getattr(IAMBackend, "get_role_by_arn", None)) or "create_date" not in inspect.getsource(Role.__init__):
+        _fail("IAMBackend.get_role_by_arn / Role.create_date changed")
+    for attr in ("architectures", "ephemeral_storage"):
+        if not hasattr(fn, attr):
+            _fail(f"LambdaFunction has no attribute {attr!r}")
+
+    # 7. the in-process server API used by the fixture
     for m in ("start", "stop", "get_host_and_port"):
         if not hasattr(ThreadedMotoServer, m):
             _fail(f"ThreadedMotoServer.{m} missing")
