@@ -48,6 +48,7 @@ def moto_server(tmp_path_factory, runtime_site):
         placement=faults.place,
     )
     srv.ctrl.deliveries = faults.deliveries
+    srv.ctrl.start_delay = faults.start_delay
     srv.start()
     srv.faults = faults
     srv.role_arn = srv.create_role()
@@ -61,9 +62,11 @@ def moto_server(tmp_path_factory, runtime_site):
 def moto(moto_server):
     moto_server.faults.clear()
     moto_server.ctrl.concurrency_limit = 1000
+    moto_server.ctrl.role_propagation_s = 0.0
     yield moto_server
     moto_server.faults.clear()
     moto_server.ctrl.concurrency_limit = 1000
+    moto_server.ctrl.role_propagation_s = 0.0
     # Every invocation of the test must have ended by now: no rank keeps billing.
     idle = moto_server.ctrl.wait_idle(30)
     running = moto_server.executor.running()

@@ -32,17 +32,22 @@ class Faults:
 
     drop: set[int] = field(default_factory=set)  # accepted (202) but never started
     duplicate: set[int] = field(default_factory=set)  # delivered twice
-    netns: Callable[[int], str | None] | None = None  # run a rank inside this network namespace
+    netns: Callable[[int], str | None] | None = None  # run a rank (or the ping: "rank" -1) in this network namespace
+    delay: dict[int, float] = field(default_factory=dict)  # rank -> seconds its Event invocation waits to start
 
     def clear(self) -> None:
         self.drop.clear()
         self.duplicate.clear()
+        self.delay.clear()
         self.netns = None
+
+    def start_delay(self, payload: bytes) -> float:
+        return self.delay.get(event_of(payload).get("rank"), 0.0)
 
     def place(self, spec: FunctionSpec, payload: bytes) -> Placement:
         event = event_of(payload)
-        rank = 0 if event.get("ping") else event.get("rank")  # fmpirun's ping runs where rank 0 would
-        if rank in self.drop and not event.get("ping"):
+        rank = -1 if event.get("ping") else event.get("rank")
+        if rank in self.drop:
             return Placement(run=False)
         return Placement(netns=self.netns(rank) if self.netns and isinstance(rank, int) else None)
 

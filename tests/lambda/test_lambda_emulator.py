@@ -1,4 +1,5 @@
-"""The emulator itself: the canary that guards the moto hook, and the platform behaviour the fmpi tests rely on."""
+"""The emulator itself (fmpi-lambda-local): the canary that guards the moto hook, the platform behaviour the fmpi
+tests rely on, and what it enforces as Lambda does (memory, read-only code, /tmp, glibc, environment)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,11 @@ import time
 import uuid
 import zipfile
 
+from pathlib import Path
+
 import pytest
+
+from fmpi.lambda_local.sandbox import capabilities
 from fmpi.lambda_local.canary import TESTED_MOTO, ShimIncompatible, check_awslambdaric, check_moto_compat
 
 HANDLERS = '''
@@ -21,6 +26,41 @@ def echo(event, context):
             "arn": context.invoked_function_arn, "pid": os.getpid(), "path": sys.path[:3]}
 
 def numpy_version(event, context):
+    import numpy
+    return numpy.__version__
+
+def allocate(event, context):
+    blocks = [bytearray(1 << 20) for _ in range(event["mb"])]  # touched: counted as used memory
+    return len(blocks)
+
+def write_code_folder(event, context):
+    try:
+        with open(os.path.join(os.environ["LAMBDA_TASK_ROOT"], "new.txt"), "w") as f:
+            f.write("x")
+        return "written"
+    except OSError as exc:
+        return exc.strerror
+
+def fill_tmp(event, context):
+    written = 0
+    seen_host_file = os.path.exists(event["host_file"])
+    try:
+        with open("/tmp/fill", "wb") as f:
+            while written < event["mb"]:
+                f.write(bytes(1 << 20))
+                f.flush()
+                written += 1
+    except OSError as exc:
+        return {"written_mb": written, "error": exc.strerror, "seen_host_file": seen_host_file}
+    finally:
+        if os.path.exists("/tmp/fill"):
+            os.unlink("/tmp/fill")
+    return {"written_mb": written, "error": None, "seen_host_file": seen_host_file}
+
+def environment(event, context):
+    return sorted(os.environ)
+
+def import_numpy(event, context):
     import numpy
     return numpy.__version__
 
@@ -37,11 +77,11 @@ def _zip(files: dict[str, str]) -> bytes:
     return buf.getvalue()
 
 
-def _create(moto, handler: str, timeout: int = 5) -> str:
+def _create(moto, handler: str, timeout: int = 5, **config) -> str:
     lam = moto.client()
     name = "emu-" + uuid.uuid4().hex[:8]
     lam.create_function(FunctionName=name, Runtime="python3.11", Role=moto.role_arn, Handler=handler,
-                        Code={"ZipFile": _zip({"h.py": HANDLERS})}, Timeout=timeout)
+                        Code={"ZipFile": _zip({"h.py": HANDLERS})}, Timeout=timeout, **config)
     lam.get_waiter("function_active_v2").wait(FunctionName=name)
     return name
 
@@ -110,3 +150,97 @@ def test_event_invocations_are_asynchronous(moto):
     assert reply["StatusCode"] == 202
     assert time.monotonic() - t0 < 0.5  # stock moto would run it (or try Docker) before answering
     assert moto.ctrl.wait_idle(10)
+
+
+def _call(moto, name: str, event: dict | None = None) -> tuple[str | None, object]:
+    reply = moto.client().invoke(FunctionName=name, Payload=json.dumps(event or {}))
+    return reply.get("FunctionError"), json.loads(reply["Payload"].read())
+
+
+def test_memory_size_is_a_hard_limit(moto):
+    if not capabilities()["memory"]:
+        pytest.skip("memory limits need root and a writable memory cgroup")
+    name = _create(moto, "h.allocate", timeout=20, MemorySize=256)
+    assert _call(moto, name, {"mb": 64}) == (None, 64)
+    error, body = _call(moto, name, {"mb": 400})
+    assert error == "Unhandled" and body["errorType"] == "Runtime.OutOfMemory", body
+    assert "Runtime exited with error: signal: kill" in body["errorMessage"]
+
+
+def test_code_folder_is_read_only(moto):
+    error, body = _call(moto, _create(moto, "h.write_code_folder"))
+    assert error is None and body in ("Read-only file system", "Permission denied"), body
+
+
+def test_tmp_is_private_and_limited_to_the_ephemeral_storage(moto, tmp_path):
+    if not capabilities()["tmp"]:
+        pytest.skip("a private /tmp needs root (a mount namespace)")
+    host_file = tmp_path / "on-the-host"  # under /tmp on this machine
+    host_file.write_text("not for functions")
+    name = _create(moto, "h.fill_tmp", timeout=60, MemorySize=2048, EphemeralStorage={"Size": 512})
+    error, body = _call(moto, name, {"mb": 600, "host_file": str(host_file)})
+    assert error is None, body
+    assert body["error"] == "No space left on device" and 480 <= body["written_mb"] <= 512, body
+    assert body["seen_host_file"] is False
+
+
+def test_environment_is_what_lambda_provides(moto, monkeypatch):
+    monkeypatch.setenv("FMPI_CHANNEL", "relay")  # set in the process that runs the emulator: must not leak
+    error, names = _call(moto, _create(moto, "h.environment"))
+    assert error is None, names
+    assert not [n for n in names if n.startswith("FMPI_")], names
+    lambda_like = ("AWS_", "LAMBDA_", "_HANDLER", "_X_AMZN", "PATH", "LANG", "TZ", "HOME", "TMPDIR", "PYTHON", "LD_",
+                   "PWD", "LC_CTYPE")  # (the last two: set by the sandbox's shell and by Python's locale coercion)
+    assert [n for n in names if not n.startswith(lambda_like)] == [], names
+
+
+def test_a_library_built_for_a_newer_glibc_fails_to_import_as_on_the_runtime(moto, tmp_path):
+    import numpy
+
+    from fmpi.launcher.lambda_backend import packaging
+    from fmpi.util.elf import library_needs
+
+    umath = next((Path(numpy.__file__).parent / "_core").glob("_multiarray_umath.*.so"))
+    needs = library_needs(umath).glibc
+    if needs is None or needs <= (2, 26):
+        pytest.skip(f"this numpy needs glibc {needs}, which the python3.11 runtime has")
+    entries: dict = {}
+    for dist in packaging._closure(("numpy",)):
+        packaging._add_distribution(entries, dist)
+    layer = tmp_path / "layer.zip"
+    with zipfile.ZipFile(layer, "w", zipfile.ZIP_STORED) as zf:
+        for arcname, source in sorted(entries.items()):
+            zf.write(source, "python/" + arcname)
+    lam = moto.client()
+    arn = lam.publish_layer_version(LayerName="local-numpy", Content={"ZipFile": layer.read_bytes()})["LayerVersionArn"]
+    error, body = _call(moto, _create(moto, "h.import_numpy", timeout=30, Layers=[arn]))
+    assert error == "Unhandled", body
+    assert f"version `GLIBC_{needs[0]}.{needs[1]}' not found" in body["errorMessage"], body
+
+
+def test_fmpi_lambda_local_serves_until_interrupted(tmp_path):
+    import signal
+    import subprocess
+
+    import boto3
+
+    binary = Path(sys.executable).parent / "fmpi-lambda-local"
+    proc = subprocess.Popen([str(binary), "--port", "0", "--work-dir", str(tmp_path)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline()
+        assert first.startswith("fmpi-lambda-local: a Lambda endpoint on http://"), first + proc.stderr.read()
+        endpoint = first.split(" on ")[1].split()[0]
+        banner = "".join(proc.stdout.readline() for _ in range(6))
+        assert "enforced:" in banner and f"AWS_ENDPOINT_URL={endpoint}" in banner, banner
+        lam = boto3.client("lambda", endpoint_url=endpoint, region_name="us-east-1",
+                           aws_access_key_id="test", aws_secret_access_key="test")
+        assert lam.list_functions()["Functions"] == []
+        iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1",
+                           aws_access_key_id="test", aws_secret_access_key="test")
+        assert iam.get_role(RoleName="fmpi-rank")["Role"]["Arn"].endswith(":role/fmpi-rank")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "fmpi-lambda-local: stopped" in out

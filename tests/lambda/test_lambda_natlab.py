@@ -58,7 +58,8 @@ def lab_fmpirun(nat_lab, moto, bundle_cache):
     forwarder = nat_lab.python("relay", [netbridge.__file__, str(moto_port), bridge.path],
                                stdout=subprocess.PIPE, text=True)
     assert forwarder.stdout.readline().strip() == "ready"
-    moto.faults.netns = lambda rank: nat_lab.ns(f"r{rank}") if 0 <= rank < RANKS else None
+    # Every rank behind its own NAT; fmpirun's ping (rank -1) where rank 0 is.
+    moto.faults.netns = lambda rank: nat_lab.ns(f"r{max(rank, 0)}") if rank < RANKS else None
 
     def run(n: int, program: Path, *args: str, extra: tuple[str, ...] = ()) -> Run:
         relay = f"{nat_lab.relay_ip}:{nat_lab.fresh_port()}"

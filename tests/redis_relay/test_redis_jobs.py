@@ -8,6 +8,7 @@ grows), so a job that quietly used another path cannot pass.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -134,3 +135,27 @@ def test_exit_status_and_tagged_output_as_on_the_tcp_relay(redis_server, tmp_pat
     assert sorted(redis_run.stdout.splitlines()) == sorted(tcp_run.stdout.splitlines()) == [f"[{r}] hello from {r}" for r in range(3)]
     assert "rank 1 exited with status 3" in redis_run.stderr
     assert fmpi_keys(client) == []
+
+
+LATE_JOINER = """
+import os, time
+if os.environ["FMPI_RANK"] == "1":
+    time.sleep(float(os.environ["LATE_BY"]))  # a cold start, a throttled invocation
+from mpi4py import MPI
+time.sleep(2)  # compute before the first message
+MPI.COMM_WORLD.Barrier()
+print("ok", MPI.COMM_WORLD.rank)
+"""
+
+
+def test_a_rank_that_waited_long_for_the_world_is_kept_over_redis(redis_server, tmp_path):
+    """Issue 24, defect 1, checked for the Redis rendezvous: a rank that joined seconds before the last one is
+    not dropped (Redis has no heartbeats that could count its wait as silence)."""
+    url, _client = redis_server
+    script = tmp_path / "late.py"
+    script.write_text(LATE_JOINER)
+    env = dict(os.environ, FMPI_HEARTBEAT_TIMEOUT="2", LATE_BY="5")
+    done = subprocess.run(fmpirun_argv("-n", "2", "--relay", url, sys.executable, str(script)), capture_output=True,
+                          text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    assert sorted(done.stdout.split()) == sorted("ok 0 ok 1".split()), done.stdout

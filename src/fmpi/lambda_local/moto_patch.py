@@ -75,6 +75,9 @@ class LambdaExecController:
         # How many times an Event invocation is delivered (AWS promises "at least once"): tests
         # return 2 for some payloads to check that a duplicate rank is refused.
         self.deliveries: Callable[[bytes], int] | None = None
+        # Seconds an Event invocation waits in the queue before it starts (a cold start, throttling): tests
+        # delay some ranks. As on AWS, one of $LATEST runs the code $LATEST has when it starts.
+        self.start_delay: Callable[[bytes], float] | None = None
 
     # --------------------------------------------------------------- install
     def install(self) -> None:
@@ -136,13 +139,14 @@ class LambdaExecController:
     def _check_role_propagated(self, backend, role_arn: str) -> None:
         from moto.awslambda.exceptions import InvalidParameterValueException
         from moto.core.utils import utcnow
+        from moto.iam.exceptions import NotFoundException as IAMNotFoundException
         from moto.iam.models import iam_backends
 
         if self.role_propagation_s <= 0:
             return
         try:
-            role = iam_backends[backend.account_id][backend.partition].get_role_by_arn(role_arn)
-        except Exception:  # noqa: BLE001 - no such role: moto's own check says so
+            role = iam_backends[backend.account_id]["aws"].get_role_by_arn(role_arn)
+        except IAMNotFoundException:  # no such role: moto's own check says so
             return
         if (utcnow() - role.create_date).total_seconds() < self.role_propagation_s:
             raise InvalidParameterValueException("The role defined for the function cannot be assumed by Lambda.")
@@ -215,6 +219,14 @@ class LambdaExecController:
 
     def _run_async(self, fn, spec, payload, retries, client_ctx, t_api) -> None:
         try:
+            delay = self.start_delay(payload) if self.start_delay else 0.0
+            if delay > 0:
+                time.sleep(delay)
+                if spec.version == "$LATEST":
+                    from moto.awslambda.models import lambda_backends
+
+                    fn = lambda_backends[fn.account_id][fn.region].get_function(fn.function_name)
+                    spec = self.spec_from_moto(fn)
             for attempt in range(retries + 1):
                 with self._slots:
                     res = self.executor.invoke(spec, payload, client_context=client_ctx)

@@ -75,10 +75,12 @@ class Deployment:
 
 
 def deploy(
-    target: Target, lam: Any, cfg: FunctionConfig, bundle: Bundle, log: Callable[[str], None], code: CodeSource | None = None
+    target: Target, lam: Any, cfg: FunctionConfig, bundle: Bundle, log: Callable[[str], None], code: CodeSource | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> Deployment:
     """Make sure a published version runs `bundle` with `cfg`; returns it. `code` says how the code travels
-    (the zip in the call, or an S3 object); it is asked only when the code must change."""
+    (the zip in the call, or an S3 object); it is asked only when the code must change. `log` hears each
+    step, `warn` (default: `log`) what the user must see: a wait for IAM."""
     t0 = time.monotonic()
     code = code or CodeSource(target, bundle, log=log)
     for _attempt in range(PUBLISH_ATTEMPTS):
@@ -91,7 +93,7 @@ def deploy(
                     "create an execution role for the ranks (docs/lambda.md) and pass --role ARN_OR_NAME"
                 )
             prepare_log_group(target, cfg.name, cfg.log_retention, log)
-            _create(target, lam, cfg, role, code, log)
+            _create(target, lam, cfg, role, code, log, warn or log)
             changes = ["created"]
         else:
             conf = current["Configuration"]
@@ -125,7 +127,8 @@ def alias_name(cfg: FunctionConfig, bundle: Bundle, role: str | None) -> str:
 # ---------------------------------------------------------------- creating
 
 
-def _create(target: Target, lam: Any, cfg: FunctionConfig, role: str, code: CodeSource, log: Callable[[str], None]) -> None:
+def _create(target: Target, lam: Any, cfg: FunctionConfig, role: str, code: CodeSource, log: Callable[[str], None],
+            warn: Callable[[str], None]) -> None:
     log(f"creating function {cfg.name} ({code.describe()})")
     location = code.args()
     request = dict(
@@ -141,8 +144,8 @@ def _create(target: Target, lam: Any, cfg: FunctionConfig, role: str, code: Code
             message = str(getattr(exc, "response", {}).get("Error", {}).get("Message", ""))
             if ROLE_NOT_ASSUMABLE in message.lower() and waits and _role_is_new(target, role):
                 pause = waits.pop(0)
-                log(f"the role {role} was created moments ago and IAM is still propagating it to Lambda; "
-                    f"creating the function again in {pause} s")
+                warn(f"the role {role} was created moments ago and IAM is still propagating it to Lambda; "
+                     f"creating the function again in {pause} s")
                 time.sleep(pause)
                 continue
             raise LambdaError(_explain_code(exc, f"create function {cfg.name}", location)) from None

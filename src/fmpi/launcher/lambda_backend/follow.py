@@ -209,6 +209,6 @@ def cost_line(cfg: FunctionConfig, watcher: Watcher, region: str, ended: float) 
     price = PRICE_PER_GB_SECOND.get(cfg.architecture, PRICE_PER_GB_SECOND["x86_64"])
     dollars = gb_seconds * price + invoked * PRICE_PER_REQUEST
     return (
-        f"cost: {invoked} ranks, about {seconds:.1f} rank-seconds x {gigabytes:.2f} GB = {gb_seconds:.1f} GB-s, "
+        f"cost: {invoked} rank{'s' if invoked != 1 else ''}, about {seconds:.1f} rank-seconds x {gigabytes:.2f} GB = {gb_seconds:.1f} GB-s, "
         f"about ${dollars:.5f} ({cfg.architecture} at us-east-1 prices; {region}'s may differ)"
     )

@@ -80,13 +80,13 @@ class _Launch:
         if args.cleanup:
             return self._cleanup()
         program, code_dir = resolve_program(args.command, args.code)
-        plan = relay_plan(args)
         cfg = function_config(args)
-        env = rank_environment(args.env)
         deps = "none" if args.no_bundle_deps else args.deps
-        self.display = Display(self.size, args.verbose)
         if args.dry_run:
             return self._dry_run(code_dir, cfg, deps)
+        plan = relay_plan(args)
+        env = rank_environment(args.env)
+        self.display = Display(self.size, args.verbose)
         target = connect(args.backend, args.region, args.profile, args.endpoint_url)
         self.display.activity("checking the account")
         account = target.account()
@@ -154,7 +154,7 @@ class _Launch:
     def _deploy(self, target: Target, lam, cfg: FunctionConfig, bundle) -> str:
         self.display.activity(f"deploying {cfg.name}")
         code = CodeSource(target, bundle, self.args.s3_bucket, log=self.display.note)
-        deployment = deploy(target, lam, cfg, bundle, self.display.activity, code)
+        deployment = deploy(target, lam, cfg, bundle, self.display.activity, code, warn=self.display.warn)
         self.display.step(f"function {cfg.name}: {deployment.action}, version {deployment.version} "
                           f"({deployment.seconds:.1f} s)")
         if deployment.action.startswith("updated") and self.args.backend == "localstack":
@@ -164,9 +164,8 @@ class _Launch:
         return deployment.version
 
     def _dry_run(self, code_dir: Path, cfg: FunctionConfig, deps: str) -> int:
-        self.display.activity("packaging")
+        """List the package; no relay, no credentials, no AWS call."""
         bundle = build_bundle(code_dir, deps=deps, runtime=runtime_named(cfg.runtime), architecture=cfg.architecture)
-        self.display.close()
         print(describe_bundle(bundle, cfg.runtime, cfg.architecture))
         for warning in bundle.warnings:
             log(f"warning: {warning}")

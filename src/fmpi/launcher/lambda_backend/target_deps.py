@@ -54,6 +54,9 @@ def target_dependencies(requirements: tuple[str, ...], runtime: Runtime, archite
     except subprocess.TimeoutExpired:
         shutil.rmtree(tmp, ignore_errors=True)
         raise DependencyBuildError(_failed(runtime, architecture, f"pip did not finish within {PIP_TIMEOUT:g} s")) from None
+    except BaseException:  # Ctrl-C: pip is stopped, and nothing half-installed is left for the next run
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if result.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
         said = [line for line in result.stderr.splitlines() if line.strip() and not line.startswith("WARNING: Location")]
