@@ -147,7 +147,7 @@ def unreachable_from_lambda(host: str) -> str | None:
         return "a loopback address (this machine only)"
     if address.is_unspecified or address.is_link_local:
         return "not an address other hosts can connect to"
-    if address.is_private:
+    if not address.is_global:
         return "a private address (fmpi's functions run outside any VPC and reach only public addresses)"
     return None
 
