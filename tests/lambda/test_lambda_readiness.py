@@ -286,3 +286,18 @@ def test_ctrl_c_while_packaging_ends_without_a_traceback(moto, tmp_path):
     assert "Traceback" not in rest and "KeyboardInterrupt" not in rest, rest
     assert "interrupted" in rest
     assert not list((tmp_path / "empty-cache").rglob("*.tmp*")), "a half-built file was left in the cache"
+
+
+@pytest.mark.parametrize("problem", ["concurrency", "role"])
+def test_cheap_checks_come_before_packaging(lambda_run, moto, tmp_path, problem):
+    cache = tmp_path / "fresh-cache"
+    extra: tuple[str, ...] = ()
+    if problem == "concurrency":
+        moto.ctrl.concurrency_limit = 4
+        n, words = 8, "8 ranks cannot all run at once"
+    else:
+        n, words = 2, "the execution role 'no-such-role' does not exist"
+        extra = ("--function-name", _fresh_name(), "--role", "no-such-role")
+    run = lambda_run(n, HELLO, extra=extra, env=aws_env(moto.endpoint_url, cache))
+    assert run.returncode == 1 and words in run.stderr, run.stderr
+    assert not list(cache.rglob("*.zip")) and not (cache / "lambda" / "deps").exists(), "packaged before checking"

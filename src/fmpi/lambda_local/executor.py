@@ -155,6 +155,34 @@ class ProcessExecutor:
                 os.rename(tmp, dest)
         return dest
 
+    def _sandbox(self, spec: FunctionSpec, request_id: str, code_roots: list[str]) -> Sandbox:
+        """The invocation's confinement: its code read-only; what the runtime itself needs stays visible."""
+        keep = [self.work_dir, *([self.runtime_site] if self.runtime_site else []),
+                os.path.dirname(os.path.dirname(self.python))]
+        return Sandbox(self.work_dir, request_id, spec.memory_mb, read_only=code_roots, keep=keep,
+                       tmp_mb=spec.tmp_mb, enforce=self.enforce)
+
+    def _wait(self, inv: Invocation, spec: FunctionSpec, t_spawn: float) -> None:
+        """Until the invocation ends: a response, an error, the process's exit, or a deadline (then it is timed out)."""
+        # Init phase: until the runtime asks for its event (or dies, or reports an init error).
+        init_deadline = t_spawn + self.init_timeout_s
+        while not inv.delivered.is_set() and not inv.done.is_set():
+            if time.time() > init_deadline:
+                inv.finish("timeout", json.dumps({
+                    "errorType": "Sandbox.Timedout",
+                    "errorMessage": f"RequestId: {inv.request_id} Error: Init phase timed out after {self.init_timeout_s:.2f} seconds",
+                }).encode(), "Sandbox.Timedout")
+                return
+            inv.delivered.wait(0.01)
+        # Invoke phase: until a response, an error, the process's exit, or the deadline.
+        if not inv.done.is_set():
+            remaining = inv.deadline_ms / 1000.0 - time.time()
+            if not inv.done.wait(max(0.0, remaining)):
+                inv.finish("timeout", json.dumps({
+                    "errorType": "Sandbox.Timedout",
+                    "errorMessage": f"RequestId: {inv.request_id} Error: Task timed out after {spec.timeout_s:.2f} seconds",
+                }).encode(), "Sandbox.Timedout")
+
     def _refusal(self, spec: FunctionSpec) -> str | None:
         """Why this machine cannot run `spec` as Lambda would (another Python, another architecture), or None."""
         if self._python_runtime is None:
@@ -228,10 +256,7 @@ class ProcessExecutor:
                                     {"submit": t_submit})
         task_root = self.task_root(spec)
         layer_roots = sorted({p.split(os.sep + "python")[0] for p in self.layer_paths(spec)})
-        sandbox = Sandbox(self.work_dir, request_id, spec.memory_mb, read_only=[task_root, *layer_roots],
-                          keep=[self.work_dir, *([self.runtime_site] if self.runtime_site else []),
-                                os.path.dirname(os.path.dirname(self.python))],
-                          tmp_mb=spec.tmp_mb, enforce=self.enforce)
+        sandbox = self._sandbox(spec, request_id, [task_root, *layer_roots])
         tmp_dir = os.path.join(self.work_dir, "tmp", request_id)
         os.makedirs(tmp_dir, exist_ok=True)
         log_dir = os.path.join(self.work_dir, "logs", spec.name)
@@ -251,9 +276,7 @@ class ProcessExecutor:
         )
         api.submit(inv)
         env = self.build_env(spec, task_root, "/tmp" if sandbox.private_tmp else tmp_dir, log_stream)
-        env["_EMU_PPID"] = str(os.getpid())
-        env.update(_EMU_GLIBC=RUNTIMES[spec.runtime].glibc_text(), _EMU_ARCH=spec.architecture, _EMU_ELF=elf.__file__,
-                   _EMU_CODE_ROOTS=os.pathsep.join(os.path.join(root, "") for root in [task_root, *layer_roots]))
+        env.update(_boot_env(spec, [task_root, *layer_roots]))
         if sock_path:
             env["_EMU_RUNTIME_SOCK"] = sock_path
         else:
@@ -283,24 +306,7 @@ class ProcessExecutor:
             reaper = threading.Thread(target=reap, daemon=True, name=f"reap-{proc.pid}")
             reaper.start()
             try:
-                # Init phase: until the runtime asks for its event (or dies, or reports an init error).
-                init_deadline = t_spawn + self.init_timeout_s
-                while not inv.delivered.is_set() and not inv.done.is_set():
-                    if time.time() > init_deadline:
-                        inv.finish("timeout", json.dumps({
-                            "errorType": "Sandbox.Timedout",
-                            "errorMessage": f"RequestId: {request_id} Error: Init phase timed out after {self.init_timeout_s:.2f} seconds",
-                        }).encode(), "Sandbox.Timedout")
-                        break
-                    inv.delivered.wait(0.01)
-                # Invoke phase: until a response, an error, the process's exit, or the deadline.
-                if not inv.done.is_set():
-                    remaining = inv.deadline_ms / 1000.0 - time.time()
-                    if not inv.done.wait(max(0.0, remaining)):
-                        inv.finish("timeout", json.dumps({
-                            "errorType": "Sandbox.Timedout",
-                            "errorMessage": f"RequestId: {request_id} Error: Task timed out after {spec.timeout_s:.2f} seconds",
-                        }).encode(), "Sandbox.Timedout")
+                self._wait(inv, spec, t_spawn)
             finally:
                 vm_hwm_kb = _vm_hwm_kb(proc.pid)
                 _kill_group(proc)
@@ -313,14 +319,7 @@ class ProcessExecutor:
             t_end = time.time()
             init_ms = ((api.first_next_at or t_end) - t_spawn) * 1000
             dur_ms = ((inv.finished_at or t_end) - (inv.delivered_at or t_end)) * 1000
-            if inv.outcome == "timeout":
-                log_f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {request_id} "
-                            f"Task timed out after {spec.timeout_s:.2f} seconds\n".encode())
-            log_f.write(f"END RequestId: {request_id}\n".encode())
-            mem = f"{vm_hwm_kb // 1024} MB" if vm_hwm_kb else "n/a"
-            log_f.write((f"REPORT RequestId: {request_id}\tDuration: {dur_ms:.2f} ms\t"
-                         f"Billed Duration: {int(dur_ms) + 1} ms\tMemory Size: {spec.memory_mb} MB\t"
-                         f"Max Memory Used: {mem}\tInit Duration: {init_ms:.2f} ms\n").encode())
+            _write_report(log_f, inv, spec, init_ms, dur_ms, vm_hwm_kb)
         shutil.rmtree(tmp_dir, ignore_errors=True)
         with open(log_path, "rb") as f:
             logs = f.read().decode("utf-8", "replace")
@@ -349,6 +348,30 @@ class ProcessExecutor:
             procs = list(self._procs.values())
         for p in procs:
             _kill_group(p)
+
+
+def _write_report(log_f, inv: Invocation, spec: FunctionSpec, init_ms: float, dur_ms: float,
+                  vm_hwm_kb: int | None) -> None:
+    """The lines Lambda ends an invocation's log with (a timeout's, END, REPORT)."""
+    if inv.outcome == "timeout":
+        log_f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {inv.request_id} "
+                    f"Task timed out after {spec.timeout_s:.2f} seconds\n".encode())
+    log_f.write(f"END RequestId: {inv.request_id}\n".encode())
+    mem = f"{vm_hwm_kb // 1024} MB" if vm_hwm_kb else "n/a"
+    log_f.write((f"REPORT RequestId: {inv.request_id}\tDuration: {dur_ms:.2f} ms\t"
+                 f"Billed Duration: {int(dur_ms) + 1} ms\tMemory Size: {spec.memory_mb} MB\t"
+                 f"Max Memory Used: {mem}\tInit Duration: {init_ms:.2f} ms\n").encode())
+
+
+def _boot_env(spec: FunctionSpec, code_roots: list[str]) -> dict[str, str]:
+    """What the boot code reads (and removes from the environment): see boot.py."""
+    return {
+        "_EMU_PPID": str(os.getpid()),
+        "_EMU_GLIBC": RUNTIMES[spec.runtime].glibc_text(),
+        "_EMU_ARCH": spec.architecture,
+        "_EMU_ELF": elf.__file__,
+        "_EMU_CODE_ROOTS": os.pathsep.join(os.path.join(root, "") for root in code_roots),
+    }
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
