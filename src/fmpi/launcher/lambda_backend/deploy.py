@@ -32,7 +32,7 @@ from ...lambda_runtime.aws_errors import explain
 from ...lambda_runtime.handler import HANDLER
 from .aws import LambdaError, Target, error_code
 from .packaging import Bundle
-from .resources import FMPI_TAGS, prepare_log_group
+from .resources import CREATED_BY_TAGS, prepare_log_group
 from .s3code import CodeSource
 
 MAX_TIMEOUT = 900  # seconds: Lambda's limit for one invocation
@@ -133,7 +133,7 @@ def _create(target: Target, lam: Any, cfg: FunctionConfig, role: str, code: Code
     location = code.args()
     request = dict(
         FunctionName=cfg.name, Role=role, Code=location, Architectures=[cfg.architecture],
-        Description="fmpi rank (created by fmpirun)", Tags=dict(FMPI_TAGS), **cfg.settings(),
+        Description="fmpi rank (created by fmpirun)", Tags=dict(CREATED_BY_TAGS), **cfg.settings(),
     )
     waits = list(ROLE_PROPAGATION)
     while True:

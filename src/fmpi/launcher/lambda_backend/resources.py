@@ -25,7 +25,7 @@ from ...lambda_runtime.aws_errors import explain
 from .aws import LambdaError, Target, error_code
 
 TAG_KEY = "fmpi:created-by"
-FMPI_TAGS = {TAG_KEY: "fmpirun"}
+CREATED_BY_TAGS = {TAG_KEY: "fmpirun"}
 LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)
 CODE_EXPIRY_DAYS = 7
 CODE_PREFIX = "fmpi/lambda/"
@@ -36,7 +36,7 @@ def prepare_log_group(target: Target, function: str, retention_days: int, log: C
     logs = target.client("logs")
     group = f"/aws/lambda/{function}"
     try:
-        logs.create_log_group(logGroupName=group, tags=dict(FMPI_TAGS))
+        logs.create_log_group(logGroupName=group, tags=dict(CREATED_BY_TAGS))
     except Exception as exc:
         if error_code(exc) == "ResourceAlreadyExistsException":
             return
@@ -51,7 +51,7 @@ def prepare_log_group(target: Target, function: str, retention_days: int, log: C
 def prepare_bucket(s3: Any, bucket: str, log: Callable[[str], None]) -> None:
     """Tag fmpi's new code bucket and let S3 expire the packages in it after a week."""
     try:
-        s3.put_bucket_tagging(Bucket=bucket, Tagging={"TagSet": [{"Key": k, "Value": v} for k, v in FMPI_TAGS.items()]})
+        s3.put_bucket_tagging(Bucket=bucket, Tagging={"TagSet": [{"Key": k, "Value": v} for k, v in CREATED_BY_TAGS.items()]})
         s3.put_bucket_lifecycle_configuration(
             Bucket=bucket,
             LifecycleConfiguration={"Rules": [{
