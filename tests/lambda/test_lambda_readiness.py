@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from lambda_testing import FMPIRUN, PROGRAMS, aws_env
+from lambda_testing import FMPIRUN, PROGRAMS, REPO, aws_env
 from tests_support import RelayProcess, free_port
 
 HELLO = PROGRAMS / "hello.py"
@@ -301,3 +301,13 @@ def test_cheap_checks_come_before_packaging(lambda_run, moto, tmp_path, problem)
     run = lambda_run(n, HELLO, extra=extra, env=aws_env(moto.endpoint_url, cache))
     assert run.returncode == 1 and words in run.stderr, run.stderr
     assert not list(cache.rglob("*.zip")) and not (cache / "lambda" / "deps").exists(), "packaged before checking"
+
+
+def test_emulated_functions_share_no_memory_as_on_lambda(lambda_run):
+    from fmpi.lambda_local.sandbox import capabilities
+
+    if not capabilities()["tmp"]:
+        pytest.skip("private mounts (/dev/shm, /tmp) need root")
+    run = lambda_run(4, REPO / "apps" / "pi.py", "--samples", "100000")
+    assert run.returncode == 0, run.stderr
+    assert "links: 3 (" in run.stderr and "with shared memory" not in run.stderr, run.stderr

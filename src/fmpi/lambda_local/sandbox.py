@@ -9,6 +9,9 @@
   layer folders are bind-mounted read-only and a size-limited tmpfs is
   mounted on ``/tmp`` (what the emulator itself keeps under /tmp is bound
   into it, so the runtime still finds its files).
+* **no shared memory between functions**: Lambda has no ``/dev/shm``. Here
+  each sandbox gets an empty read-only one of its own, so ranks of one job
+  never share memory lanes, as on Lambda.
 * **the runtime's glibc and architecture**: a library the runtime could not
   load fails to import, with glibc's message (``elf_guard``, set up by the
   process's boot code from ``_EMU_GLIBC``/``_EMU_ARCH``).
@@ -41,6 +44,7 @@ stage=$1; tmp_mb=$2; keep=$3; readonly=$4; shift 4
 mount -t tmpfs -o "size=${tmp_mb}m,mode=1777" fmpi-lambda-tmp "$stage"
 for dir in $keep; do mkdir -p "$stage${dir#/tmp}"; mount --rbind "$dir" "$stage${dir#/tmp}"; done
 mount --move "$stage" /tmp
+if [ -d /dev/shm ]; then mount -t tmpfs -o ro,size=4k fmpi-lambda-no-shm /dev/shm; fi
 for dir in $readonly; do mount --bind "$dir" "$dir"; mount -o remount,bind,ro "$dir"; done
 exec "$@"
 """
