@@ -110,6 +110,7 @@ def deploy(
         version, arn = published
         _name_version(lam, cfg.name, alias_name(cfg, bundle, role), version)
         _no_retries(lam, cfg, version)
+        _no_retries(lam, cfg, None)  # $LATEST too: whoever invokes the function unqualified gets no retries either
         action = changes[0] if changes == ["created"] else ("updated " + " and ".join(changes) if changes else "published")
         return Deployment(arn, version, action, time.monotonic() - t0)
     raise LambdaError(
@@ -239,15 +240,17 @@ def _name_version(lam: Any, name: str, alias: str, version: str) -> None:
         raise LambdaError(explain(exc, f"name version {version} of {name}")) from None
 
 
-def _no_retries(lam: Any, cfg: FunctionConfig, version: str) -> None:
+def _no_retries(lam: Any, cfg: FunctionConfig, version: str | None) -> None:
+    """Asynchronous retries off for `version` (an event invoke configuration is per qualifier; None: $LATEST)."""
+    qualifier = {"Qualifier": version} if version else {}
     try:
         # Ranks are never retried: a retried rank would arrive after its job
         # has moved on (and be refused at the relay anyway).
         lam.put_function_event_invoke_config(
-            FunctionName=cfg.name, Qualifier=version, MaximumRetryAttempts=0, MaximumEventAgeInSeconds=cfg.max_event_age
+            FunctionName=cfg.name, MaximumRetryAttempts=0, MaximumEventAgeInSeconds=cfg.max_event_age, **qualifier
         )
     except Exception as exc:
-        raise LambdaError(explain(exc, f"turn off retries of {cfg.name}:{version}")) from None
+        raise LambdaError(explain(exc, f"turn off retries of {cfg.name}{':' + version if version else ''}")) from None
 
 
 # ------------------------------------------------------------------ checks
