@@ -78,6 +78,7 @@ from .records import (
     Refused,
 )
 from .resume import absent_reason
+from .strangers import Strangers
 
 LINK_KINDS = ("direct", "punched", "relayed")
 
@@ -106,6 +107,8 @@ class RelayServer(JobLifecycle, DsoServing):
         dso_max_value: int = 64 << 20,
         dso_job_bytes: int = 256 << 20,
         ssl_context: ssl.SSLContext | None = None,
+        max_strangers: int = 256,
+        stranger_bytes: int = 32 << 20,
     ) -> None:
         self.ssl_context = ssl_context
         self.dso_max_value = dso_max_value
@@ -134,6 +137,7 @@ class RelayServer(JobLifecycle, DsoServing):
         self._server: asyncio.base_events.Server | None = None
         self._probe_server: asyncio.base_events.Server | None = None
         self._handlers: dict[asyncio.Task, Connection] = {}
+        self._strangers = Strangers(max_strangers, stranger_bytes)  # connections before their first request
 
     @property
     def address(self) -> tuple[str, int]:
@@ -192,13 +196,15 @@ class RelayServer(JobLifecycle, DsoServing):
         conn = Connection(reader, writer, self.max_backlog, writer.get_extra_info("peername")[:2])
         task = asyncio.current_task()
         self._handlers[task] = conn
+        self._strangers.arrived(task, conn)
         role: Job | Member | None = None
         job: Job | None = None
         try:
-            kind, body = await asyncio.wait_for(self._read(conn), self.first_frame_timeout)
+            kind, body = await asyncio.wait_for(self._read_first(conn), self.first_frame_timeout)
             if kind is Kind.OBSERVE:
                 conn.send(Kind.OBSERVED, {"observed": list(conn.peer), "probe_port": self.probe_port})
-                kind, body = await asyncio.wait_for(self._read(conn), self.first_frame_timeout)
+                kind, body = await asyncio.wait_for(self._read_first(conn), self.first_frame_timeout)
+            self._strangers.introduced(task)
             if kind is Kind.CREATE:
                 job = role = self._create(conn, body)
             elif kind is Kind.REGISTER:
@@ -233,13 +239,18 @@ class RelayServer(JobLifecycle, DsoServing):
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
             pass
         finally:
+            self._strangers.introduced(task)
+            # (an ended connection must not stay referenced here with its buffers: every
+            # connection ever made did, so a flood of strangers was never given back)
+            self._handlers.pop(task, None)
             if job is not None:
                 self._disconnected(job, role)
             conn.close()
 
-    async def _read(self, conn: Connection) -> tuple[Kind, dict[str, Any]]:
+    async def _read_first(self, conn: Connection) -> tuple[Kind, dict[str, Any]]:
+        """A request of a connection that has not said who it is (see ``strangers.py``)."""
         kind, length = decode_header(await conn.reader.readexactly(HEADER_SIZE), self.max_frame)
-        return kind, decode_body(kind, await conn.reader.readexactly(length) if length else b"")
+        return kind, decode_body(kind, await self._strangers.read_body(conn, length) if length else b"")
 
     async def _forward(self, job: Job, role: Job | Member, payload: bytes) -> None:
         """Pass a chunk of a relayed link on to its destination rank (see the module docstring)."""
