@@ -137,18 +137,22 @@ class JobLifecycle(JobResumption):
         )
         self._fail(job, "fill_timeout", message, {"missing": missing})
 
-    def _abort(self, job: Job, code: int, reason: str, origin: int | None, cause: dict[str, Any] | None = None) -> None:
+    def _abort(
+        self, job: Job, code: int, reason: str, origin: int | None, cause: dict[str, Any] | None = None,
+        by_relay: bool = False,
+    ) -> None:
+        """`origin`: the aborting rank (None: the launcher, or this relay itself with `by_relay`)."""
         if job.over:
             return
         job.aborted = True
-        body = {**abort_body(code, reason, cause), "rank": origin}
+        body = {**abort_body(code, reason, cause), "rank": origin, **({"by": "relay"} if by_relay else {})}
         for m in job.members.values():
             m.conn.send(Kind.ABORT, body)
         job.free_objects("aborted", f"job {job.id!r} was aborted: {reason}")
         for session in job.dso_sessions:
             session.conn.send(Kind.ABORT, body)
         job.watcher.send(Kind.ABORT, body)
-        log.info("job %s aborted by %s: %s", job.id, "launcher" if origin is None else f"rank {origin}", reason)
+        log.info("job %s aborted by %s: %s", job.id, "the relay" if by_relay else "the launcher" if origin is None else f"rank {origin}", reason)
 
     def _fail(self, job: Job, code: str, message: str, extra: dict[str, Any] | None = None) -> None:
         body = {"code": code, "message": message, **(extra or {})}
@@ -158,11 +162,11 @@ class JobLifecycle(JobResumption):
         job.watcher.send(Kind.ERROR, body)
         self._end_job(job)
 
-    def _end_job(self, job: Job, abort_reason: str | None = None) -> None:
+    def _end_job(self, job: Job, abort_reason: str | None = None, by_relay: bool = False) -> None:
         if job.over:
             return
         if abort_reason is not None:
-            self._abort(job, 1, abort_reason, None)
+            self._abort(job, 1, abort_reason, None, by_relay=by_relay)
         job.over = True
         if job.fill_timer is not None:
             job.fill_timer.cancel()

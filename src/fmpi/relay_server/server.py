@@ -172,12 +172,20 @@ class RelayServer(JobLifecycle, DsoServing):
         if self._heartbeats is not None:
             self._heartbeats.cancel()
         for job in list(self.jobs.values()):
-            self._end_job(job, abort_reason="the relay is shutting down")
+            self._end_job(job, abort_reason="the relay is shutting down", by_relay=True)
         for server in (self._server, self._probe_server):
             if server is not None:
                 server.close()
-        # Drop every connection; handlers then end on their own (no cancellation).
-        for conn in self._handlers.values():
+        # Let the aborts just sent reach launchers and ranks: half-close (FIN after the
+        # frames; a close with unread input would send a reset that can destroy them),
+        # give the clients a moment to read and hang up, then drop what is left.
+        handlers = dict(self._handlers)
+        for conn in handlers.values():
+            if conn.writer.can_write_eof() and not conn.writer.is_closing():
+                conn.writer.write_eof()
+        if handlers:
+            await asyncio.wait(handlers, timeout=2.0)
+        for conn in handlers.values():
             conn.writer.transport.abort()
         await asyncio.gather(*self._handlers, return_exceptions=True)
 
