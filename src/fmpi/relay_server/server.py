@@ -182,7 +182,10 @@ class RelayServer(JobLifecycle, DsoServing):
         handlers = dict(self._handlers)
         for conn in handlers.values():
             if conn.writer.can_write_eof() and not conn.writer.is_closing():
-                conn.writer.write_eof()
+                try:
+                    conn.writer.write_eof()
+                except OSError:
+                    pass  # (the client is gone already)
         if handlers:
             await asyncio.wait(handlers, timeout=2.0)
         for conn in handlers.values():
