@@ -77,7 +77,7 @@ def test_a_flood_of_half_frames_leaves_the_relay_bounded_and_serving():
         _a_job_still_runs(relay, "during")
         for s in strangers:
             s.close()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30  # (a loaded machine: the relay may still be closing them)
         while _rss(relay.proc.pid) - start > 50 * MiB and time.monotonic() < deadline:
             time.sleep(0.2)
         after = _rss(relay.proc.pid)
