@@ -24,6 +24,8 @@ RELAY = [
     struct.pack("!BBHI", 0, 0, 0, 0),
     struct.pack("!BBHI", VERSION, Kind.ABORT, 0, 27) + b'{"code": 1e999, "reason": 0}',
     struct.pack("!BBHI", VERSION, Kind.CREATE, 0, 40) + b'{"a":' * 8,
+    struct.pack("!BBHI", VERSION, Kind.CREATE, 0, (1 << 20) - 1) + b"[" * ((1 << 20) - 1),  # RecursionError in json
+    struct.pack("!BBHI", VERSION, Kind.CREATE, 0, 200_000) + b'{"a":' * 40_000,
 ]
 
 LINK = [

@@ -293,6 +293,22 @@ def test_ranks_joined_by_hand_form_one_job(program, tmp_path):
         host.kill()
 
 
+def test_print_join_shows_the_real_program_and_an_address_other_hosts_can_use():
+    host = subprocess.Popen(
+        fmpirun_argv("-n", "2", "--print-join", "--relay-listen", "0.0.0.0:0", "python", "my prog.py", "--steps", "3"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        lines = [host.stdout.readline() for _ in range(4)]
+    finally:
+        host.kill()
+        host.communicate()
+    join_line = lines[1]
+    assert join_line.rstrip().endswith("python 'my prog.py' --steps 3"), lines
+    url = join_line.split("--join ")[1].split()[0]
+    assert not url.startswith("tcp://0.0.0.0") and "listens on every interface" in lines[3], lines
+
+
 def test_join_without_token_is_refused():
     result = run("--join", "tcp://127.0.0.1:1", "--job", "j", "--size", "2", PY, "-c", "pass", env={k: v for k, v in os.environ.items() if k != "FMPI_TOKEN"})
     assert result.returncode == 2 and "set FMPI_TOKEN" in result.stderr

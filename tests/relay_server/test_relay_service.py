@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tests_support import fmpirun_argv
 
 from fmpi.relay_server.server import RelayThread
 from fmpi.rendezvous.relay_connection import (
@@ -292,3 +293,28 @@ def test_standalone_relay_reports_a_port_in_use():
         )
     assert run.returncode == 1
     assert "cannot listen on 127.0.0.1:" in run.stderr and "Traceback" not in run.stderr
+
+
+STEADY = """
+import time
+from mpi4py import MPI
+c = MPI.COMM_WORLD
+for _ in range(600):
+    c.Barrier()
+    time.sleep(0.05)
+"""
+
+
+@pytest.mark.parametrize("attempt", range(3))
+def test_a_relay_stopped_with_sigterm_ends_its_jobs_and_says_so(relay_process, tmp_path, attempt):
+    relay = relay_process()
+    prog = tmp_path / "steady.py"
+    prog.write_text(STEADY)
+    proc = subprocess.Popen(fmpirun_argv("-n", "2", "--relay", relay.url, sys.executable, str(prog)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(2.5)  # the job runs
+    relay.proc.terminate()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err
+    assert "job aborted by the relay: the relay is shutting down" in err, err
+    assert "launcher" not in err and "waiting up to" not in err, err

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
+import socket
 import shutil
 import sys
 from pathlib import Path
@@ -184,7 +186,7 @@ def _launch(args: argparse.Namespace) -> int:
     try:
         objects = host_objects(job, relay_url)
         if args.print_join:
-            outcome_code = _serve_join(job, relay_url)
+            outcome_code = _serve_join(job, relay_url, args.command)  # (it runs on the joining hosts: as typed)
         else:
             bytecode.warm()
             outcome = run_local(job, command, args.tag_output, args.bind_to)
@@ -213,6 +215,36 @@ def _export(assignments: list[str]) -> None:
             raise UsageError(f"-x {name}: {name} is not set here; give it a value with --env {name}=VALUE")
 
 
+def _reachable(relay_url: str) -> tuple[str, str]:
+    """The relay's URL as other hosts can use it, and a note: a relay listening on every interface
+    (0.0.0.0) is reached at one of this machine's addresses, not at 0.0.0.0."""
+    host, _, port = relay_url.removeprefix("tcp://").rpartition(":")
+    if host not in ("0.0.0.0", "::", "[::]"):
+        return relay_url, ""
+    addresses = _this_hosts_addresses()
+    if not addresses:
+        return f"tcp://THIS_HOST:{port}", "\n(the relay listens on every interface: put an address of this host for THIS_HOST)"
+    others = f"; this host also has {', '.join(addresses[1:])}" if len(addresses) > 1 else ""
+    return f"tcp://{addresses[0]}:{port}", f"\n(the relay listens on every interface; use an address the ranks' hosts can reach{others})"
+
+
+def _this_hosts_addresses() -> list[str]:
+    """This machine's IPv4 addresses other than loopback, the one of the default route first."""
+    found: list[str] = []
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(("192.0.2.1", 9))  # (TEST-NET: a UDP connect only picks the route, sends nothing)
+            found.append(probe.getsockname()[0])
+    except OSError:
+        pass
+    try:
+        infos = socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)
+    except OSError:
+        infos = []
+    found += [info[4][0] for info in infos]
+    return list(dict.fromkeys(a for a in found if not a.startswith("127.")))
+
+
 def _report_links(job: Job, verbose: bool, complete: bool) -> None:
     """How many links were direct / punched / relayed, and how long set-up took."""
     if complete:  # the ranks' FINISHED reports may trail their exits by a moment
@@ -224,11 +256,13 @@ def _report_links(job: Job, verbose: bool, complete: bool) -> None:
         log(summary)
 
 
-def _serve_join(job: Job, relay_url: str) -> int:
+def _serve_join(job: Job, relay_url: str, command: list[str] | None) -> int:
     """Print how to join, then follow the job until every rank has finished."""
+    url, note = _reachable(relay_url)
+    program = shlex.join(command) if command else "python your_program.py"
     print(f"Job {job.id} is waiting for {job.size} ranks. On each host, run:", flush=True)
-    print(f"  FMPI_TOKEN={job.token} fmpirun --join {relay_url} --job {job.id} --size {job.size} python app.py", flush=True)
-    print("(keep the token secret: it admits ranks to the job)", flush=True)
+    print(f"  FMPI_TOKEN={job.token} fmpirun --join {url} --job {job.id} --size {job.size} {program}", flush=True)
+    print("(keep the token secret: it admits ranks to the job)" + note, flush=True)
     try:
         job.wait(lambda s: len(s.finished) + len(s.lost) >= job.size or s.failure is not None or s.abort is not None, None)
     except KeyboardInterrupt:

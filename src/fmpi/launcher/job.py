@@ -44,12 +44,15 @@ class JobState:
         return self.aborts[0] if self.aborts else None
 
     def rank_abort(self) -> Aborted | None:
-        """The first abort a rank asked for that is not itself a consequence of an abort.
+        """The first abort a rank asked for that is not itself a consequence of an abort (or the relay's own, when
+        it shut down).
 
         The launcher's own aborts are consequences (of a rank's exit), and so is
         a rank's abort over the "job aborted" error another abort gave it.
         """
-        return next((a for a in self.aborts if a.rank is not None and not (a.cause or {}).get("aborted")), None)
+        return next(
+            (a for a in self.aborts if a.by_relay or (a.rank is not None and not (a.cause or {}).get("aborted"))), None
+        )
 
 
 class Job:
@@ -172,8 +175,8 @@ class Job:
                 self._update(lambda s, exc=exc: s.aborts.append(exc))
                 continue
             except RelayError as exc:
-                if self._closed:
-                    return
+                if self._closed or any(a.by_relay for a in self.state.aborts):
+                    return  # (a relay that ended the job hangs up next: not a failure of its own)
                 if self._resume(exc):
                     continue
                 self._update(lambda s, exc=exc: setattr(s, "failure", exc))

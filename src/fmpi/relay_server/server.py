@@ -78,6 +78,7 @@ from .records import (
     Refused,
 )
 from .resume import absent_reason
+from .strangers import Strangers
 
 LINK_KINDS = ("direct", "punched", "relayed")
 
@@ -106,6 +107,8 @@ class RelayServer(JobLifecycle, DsoServing):
         dso_max_value: int = 64 << 20,
         dso_job_bytes: int = 256 << 20,
         ssl_context: ssl.SSLContext | None = None,
+        max_strangers: int = 256,
+        stranger_bytes: int = 32 << 20,
     ) -> None:
         self.ssl_context = ssl_context
         self.dso_max_value = dso_max_value
@@ -134,6 +137,7 @@ class RelayServer(JobLifecycle, DsoServing):
         self._server: asyncio.base_events.Server | None = None
         self._probe_server: asyncio.base_events.Server | None = None
         self._handlers: dict[asyncio.Task, Connection] = {}
+        self._strangers = Strangers(max_strangers, stranger_bytes)  # connections before their first request
 
     @property
     def address(self) -> tuple[str, int]:
@@ -168,12 +172,23 @@ class RelayServer(JobLifecycle, DsoServing):
         if self._heartbeats is not None:
             self._heartbeats.cancel()
         for job in list(self.jobs.values()):
-            self._end_job(job, abort_reason="the relay is shutting down")
+            self._end_job(job, abort_reason="the relay is shutting down", by_relay=True)
         for server in (self._server, self._probe_server):
             if server is not None:
                 server.close()
-        # Drop every connection; handlers then end on their own (no cancellation).
-        for conn in self._handlers.values():
+        # Let the aborts just sent reach launchers and ranks: half-close (FIN after the
+        # frames; a close with unread input would send a reset that can destroy them),
+        # give the clients a moment to read and hang up, then drop what is left.
+        handlers = dict(self._handlers)
+        for conn in handlers.values():
+            if conn.writer.can_write_eof() and not conn.writer.is_closing():
+                try:
+                    conn.writer.write_eof()
+                except OSError:
+                    pass  # (the client is gone already)
+        if handlers:
+            await asyncio.wait(handlers, timeout=2.0)
+        for conn in handlers.values():
             conn.writer.transport.abort()
         await asyncio.gather(*self._handlers, return_exceptions=True)
 
@@ -192,13 +207,15 @@ class RelayServer(JobLifecycle, DsoServing):
         conn = Connection(reader, writer, self.max_backlog, writer.get_extra_info("peername")[:2])
         task = asyncio.current_task()
         self._handlers[task] = conn
+        self._strangers.arrived(task, conn)
         role: Job | Member | None = None
         job: Job | None = None
         try:
-            kind, body = await asyncio.wait_for(self._read(conn), self.first_frame_timeout)
+            kind, body = await asyncio.wait_for(self._read_first(conn), self.first_frame_timeout)
             if kind is Kind.OBSERVE:
                 conn.send(Kind.OBSERVED, {"observed": list(conn.peer), "probe_port": self.probe_port})
-                kind, body = await asyncio.wait_for(self._read(conn), self.first_frame_timeout)
+                kind, body = await asyncio.wait_for(self._read_first(conn), self.first_frame_timeout)
+            self._strangers.introduced(task)
             if kind is Kind.CREATE:
                 job = role = self._create(conn, body)
             elif kind is Kind.REGISTER:
@@ -233,13 +250,18 @@ class RelayServer(JobLifecycle, DsoServing):
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
             pass
         finally:
+            self._strangers.introduced(task)
+            # (an ended connection must not stay referenced here with its buffers: every
+            # connection ever made did, so a flood of strangers was never given back)
+            self._handlers.pop(task, None)
             if job is not None:
                 self._disconnected(job, role)
             conn.close()
 
-    async def _read(self, conn: Connection) -> tuple[Kind, dict[str, Any]]:
+    async def _read_first(self, conn: Connection) -> tuple[Kind, dict[str, Any]]:
+        """A request of a connection that has not said who it is (see ``strangers.py``)."""
         kind, length = decode_header(await conn.reader.readexactly(HEADER_SIZE), self.max_frame)
-        return kind, decode_body(kind, await conn.reader.readexactly(length) if length else b"")
+        return kind, decode_body(kind, await self._strangers.read_body(conn, length) if length else b"")
 
     async def _forward(self, job: Job, role: Job | Member, payload: bytes) -> None:
         """Pass a chunk of a relayed link on to its destination rank (see the module docstring)."""

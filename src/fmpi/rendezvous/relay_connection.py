@@ -45,19 +45,23 @@ class Aborted(RelayError):
     said (``{"lost": R}``, ``{"aborted": True}``; see ``protocol.abort_cause``).
     """
 
-    def __init__(self, code: int, reason: str, rank: int | None, cause: dict[str, Any] | None = None) -> None:
-        who = "the launcher" if rank is None else f"rank {rank}"
+    def __init__(
+        self, code: int, reason: str, rank: int | None, cause: dict[str, Any] | None = None, by_relay: bool = False
+    ) -> None:
+        who = "the relay" if by_relay else "the launcher" if rank is None else f"rank {rank}"
         super().__init__(f"job aborted by {who}: {reason}", "aborted")
         self.exit_code = code
         self.reason = reason
         self.rank = rank
         self.cause = cause
+        self.by_relay = by_relay  # the relay itself ended the job (it is shutting down)
 
     @classmethod
     def from_body(cls, body: dict[str, Any]) -> "Aborted":
         """From an ABORT frame's (or notice's) body."""
         rank = body.get("rank")
-        return cls(int(body.get("code", 1)), str(body.get("reason", "")), rank if isinstance(rank, int) else None, abort_cause(body.get("cause")))
+        return cls(int(body.get("code", 1)), str(body.get("reason", "")), rank if isinstance(rank, int) else None,
+                   abort_cause(body.get("cause")), body.get("by") == "relay")
 
 
 def parse_relay_url(url: str) -> tuple[str, int]:

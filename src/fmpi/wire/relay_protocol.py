@@ -137,6 +137,8 @@ def decode_body(kind: Kind, payload: bytes) -> dict[str, Any]:
         body = json.loads(payload) if payload else {}
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ProtocolError(f"{kind.name} body is not valid JSON: {exc}") from None
+    except RecursionError:  # '[[[[...' a million deep: the decoder's own stack gives out
+        raise ProtocolError(f"{kind.name} body is nested too deeply") from None
     if not isinstance(body, dict):
         raise ProtocolError(f"{kind.name} body must be a JSON object")
     for name, typ in _FIELDS.get(kind, {}).items():
@@ -200,6 +202,8 @@ def decode_dso(body: bytes | bytearray | memoryview) -> tuple[int, dict[str, Any
         meta = json.loads(bytes(view[DSO_PREFIX.size : DSO_PREFIX.size + jlen]))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ProtocolError(f"DSO frame JSON is not valid: {exc}") from None
+    except RecursionError:
+        raise ProtocolError("DSO frame JSON is nested too deeply") from None
     if not isinstance(meta, dict):
         raise ProtocolError("DSO frame JSON must be an object")
     return request, meta, view[DSO_PREFIX.size + jlen :]

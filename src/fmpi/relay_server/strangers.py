@@ -1,0 +1,72 @@
+"""Connections that have not said who they are yet: bounded in number and in the bytes they may make the relay hold.
+
+Before its first request (CREATE, REGISTER, DSO_*) a connection is a
+stranger: anyone who can reach the port. Left alone, 300 strangers that each
+announce a 1 MiB request and send half of it made the relay hold 300 half
+frames (about 160 MiB, never given back to the job that needs it). So:
+
+- at most ``max_count`` strangers at a time; one more evicts the *oldest*
+  (a real client says who it is within milliseconds, a stranger that waits
+  is the one to drop, and a flood cannot lock newcomers out);
+- a first request of up to ``SMALL`` bytes (every REGISTER and CREATE but
+  the resume of a job of thousands of ranks) is read at once; a larger one
+  only within a budget of ``max_bytes`` shared by all strangers, and over it
+  it is refused as busy (the announced length is reserved before a byte of
+  the body is read), so a flood of large announcements cannot lock out the
+  small requests of real clients.
+
+What a stranger's socket buffers besides is bounded by the stream reader's
+own limit (asyncio pauses reading at twice its 64 KiB), so the relay holds
+at most about max_count x (128 KiB + SMALL) + max_bytes for strangers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+
+from .records import Connection, Refused
+
+log = logging.getLogger("fmpi.relay")
+
+SMALL = 64 << 10
+
+
+class Strangers:
+    def __init__(self, max_count: int = 256, max_bytes: int = 32 << 20) -> None:
+        self.max_count = max_count
+        self.max_bytes = max_bytes
+        self._waiting: OrderedDict[asyncio.Task, Connection] = OrderedDict()
+        self._reserved = 0
+        self.evicted = 0
+
+    def arrived(self, task: asyncio.Task, conn: Connection) -> None:
+        """A new connection; the oldest stranger makes room for it when there are too many."""
+        self._waiting[task] = conn
+        while len(self._waiting) > self.max_count:
+            _, oldest = self._waiting.popitem(last=False)
+            self.evicted += 1
+            if self.evicted in (1, 10, 100) or self.evicted % 1000 == 0:
+                log.warning("more than %d connections without a request: dropped the oldest (%d so far)",
+                            self.max_count, self.evicted)
+            oldest.writer.transport.abort()
+
+    def introduced(self, task: asyncio.Task) -> None:
+        """The connection made its first request (or ended): no longer a stranger."""
+        self._waiting.pop(task, None)
+
+    def is_stranger(self, task: asyncio.Task) -> bool:
+        return task in self._waiting
+
+    async def read_body(self, conn: Connection, length: int) -> bytes:
+        """Read a stranger's request body of `length` bytes (a large one within the budget all strangers share)."""
+        if length <= SMALL:
+            return await conn.reader.readexactly(length)
+        if self._reserved + length > self.max_bytes:
+            raise Refused("busy", "the relay is busy: too many connections are sending requests at once; try again")
+        self._reserved += length
+        try:
+            return await conn.reader.readexactly(length)
+        finally:
+            self._reserved -= length
