@@ -58,34 +58,57 @@ def _answer(sock: socket.socket, timeout: float = 10.0) -> tuple[Kind, dict]:
     return kind, decode_body(kind, body)
 
 
+def _flood_of_half_frames(relay: RelayProcess) -> list[socket.socket]:
+    """300 strangers each announce a 1 MiB CREATE, send half of it, then wait."""
+    strangers = []
+    half = 512 * 1024
+    for _ in range(300):
+        s = socket.create_connection(relay.address)
+        strangers.append(s)
+        try:
+            s.sendall(struct.pack("!BBHI", VERSION, Kind.CREATE, 0, MiB - 1) + b"x" * half)
+        except OSError:
+            pass  # refused (busy) or dropped before it said it all: that is the relay defending itself
+    return strangers
+
+
+def _settled_rss(pid: int, seconds: float) -> int:
+    """The resident set once it stops falling (a loaded machine: the relay may still be closing sockets)."""
+    deadline = time.monotonic() + seconds
+    last = _rss(pid)
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = _rss(pid)
+        if now >= last:
+            return now
+        last = now
+    return last
+
+
 def test_a_flood_of_half_frames_leaves_the_relay_bounded_and_serving():
+    # The bound that matters is the peak during a flood, and that a second flood
+    # reuses what the first one freed (nothing retained per stranger). What the
+    # allocator hands back to the OS after a flood is glibc's business, not the relay's.
     relay = RelayProcess()
     try:
         _a_job_still_runs(relay, "warm")  # (imports and first allocations done)
         start = _rss(relay.proc.pid)
-        strangers = []
-        half = 512 * 1024
-        for _ in range(300):  # each announces a 1 MiB CREATE and sends half of it, then waits
-            s = socket.create_connection(relay.address)
-            strangers.append(s)
-            try:
-                s.sendall(struct.pack("!BBHI", VERSION, Kind.CREATE, 0, MiB - 1) + b"x" * half)
-            except OSError:
-                pass  # refused (busy) or dropped before it said it all: that is the relay defending itself
-        time.sleep(1.0)
-        during = _rss(relay.proc.pid)
-        _a_job_still_runs(relay, "during")
-        for s in strangers:
-            s.close()
-        deadline = time.monotonic() + 30  # (a loaded machine: the relay may still be closing them)
-        while _rss(relay.proc.pid) - start > 50 * MiB and time.monotonic() < deadline:
-            time.sleep(0.2)
-        after = _rss(relay.proc.pid)
-        _a_job_still_runs(relay, "after")
+        peaks, afters = [], []
+        for round_ in range(2):
+            strangers = _flood_of_half_frames(relay)
+            time.sleep(1.0)
+            peaks.append(_rss(relay.proc.pid) - start)
+            _a_job_still_runs(relay, f"during-{round_}")
+            for s in strangers:
+                s.close()
+            afters.append(_settled_rss(relay.proc.pid, 30) - start)
+            _a_job_still_runs(relay, f"after-{round_}")
     finally:
         relay.stop()
-    assert during - start < 100 * MiB, f"300 half frames grew the relay by {(during - start) / MiB:.0f} MiB"
-    assert after - start < 50 * MiB, f"the relay kept {(after - start) / MiB:.0f} MiB after the flood"
+    assert max(peaks) < 100 * MiB, f"300 half frames grew the relay by {max(peaks) / MiB:.0f} MiB"
+    assert afters[1] - afters[0] < 20 * MiB, (
+        f"a second flood kept {(afters[1] - afters[0]) / MiB:.0f} MiB more than the first: memory held per stranger"
+    )
 
 
 def test_deeply_nested_json_gets_one_clean_error_and_the_relay_keeps_serving():
