@@ -86,6 +86,7 @@ class InvocationResult:
 class Placement:
     netns: str | None = None  # run the handler process inside this network namespace
     run: bool = True  # False: the invocation is accepted but never starts
+    release: Callable[[], None] | None = None  # called once the invocation's processes are gone
 
 
 def event_of(payload: bytes) -> dict:
@@ -246,6 +247,14 @@ class ProcessExecutor:
         t_submit = time.time()
         request_id = request_id or str(uuid.uuid4())
         placement = self.placement(spec, payload) if self.placement else Placement()
+        try:
+            return self._invoke_placed(spec, payload, request_id, client_context, t_submit, placement)
+        finally:
+            if placement.release is not None:
+                placement.release()
+
+    def _invoke_placed(self, spec: FunctionSpec, payload: bytes, request_id: str, client_context: str | None,
+                       t_submit: float, placement: Placement) -> InvocationResult:
         if not placement.run:
             return InvocationResult(request_id, b"", "Unhandled", "Emulator.Dropped",
                                     "invocation dropped by the emulator (never started)\n", {"submit": t_submit})
