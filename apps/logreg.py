@@ -21,6 +21,8 @@ import numpy as np
 import synthetic
 from mpi4py import MPI
 
+from fmpi import checkpoint
+
 comm = MPI.COMM_WORLD
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--points", type=int, default=200_000, help="total points over all ranks")
@@ -48,8 +50,12 @@ def sigmoid(z: np.ndarray) -> np.ndarray:
 
 w = np.zeros(d + 1)  # weights, then the bias
 buf = np.empty(d + 2)  # gradient sums, bias gradient sum, loss sum
+loss = float("nan")
 t1 = MPI.Wtime()
-for _ in range(args.iterations):
+# Past one launch's time limit: continue from the newest checkpoint (fmpi.checkpoint; a no-op outside
+# fmpirun --max-runtime), with a result identical to an uninterrupted run.
+(w, loss), done = checkpoint.restore((w, loss), 0)
+for iteration in range(done, args.iterations):
     z = x @ w[:d] + w[d]
     error = sigmoid(z) - y
     buf[:d] = x.T @ error
@@ -60,6 +66,7 @@ for _ in range(args.iterations):
     grad = buf[: d + 1] / total
     grad[:d] += args.l2 * w[:d]
     w -= args.lr * grad
+    checkpoint.save((w, loss), iteration + 1)
 t_iter = MPI.Wtime() - t1
 
 correct = np.array([np.count_nonzero((x @ w[:d] + w[d] > 0) == (y > 0.5))], dtype=np.int64)

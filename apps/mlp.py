@@ -22,6 +22,8 @@ import numpy as np
 import synthetic
 from mpi4py import MPI
 
+from fmpi import checkpoint
+
 comm = MPI.COMM_WORLD
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--train", type=int, default=65536, help="training points")
@@ -77,31 +79,38 @@ def forward(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 velocity = np.zeros_like(params)
 t1 = MPI.Wtime()
-losses = []
-for epoch in range(args.epochs):
-    epoch_loss = 0.0
-    for step in range(steps_per_epoch):
-        x, y = x_train[step], y_train[step]
-        hidden, logits = forward(x)
-        logits -= logits.max(axis=1, keepdims=True)
-        prob = np.exp(logits)
-        prob /= prob.sum(axis=1, keepdims=True)
-        # Sums over this rank's rows (divided by the global batch size after the Allreduce).
-        grads[-1] = -np.log(prob[np.arange(len(y)), y]).sum()
-        dlogits = prob
-        dlogits[np.arange(len(y)), y] -= 1.0
-        g["w2"][:] = hidden.T @ dlogits
-        g["b2"][:] = dlogits.sum(axis=0)
-        dhidden = (dlogits @ p["w2"].T) * (hidden > 0)
-        g["w1"][:] = x.T @ dhidden
-        g["b1"][:] = dhidden.sum(axis=0)
-        comm.Allreduce(MPI.IN_PLACE, grads, op=MPI.SUM)
-        grads /= batch
-        velocity *= args.momentum
-        velocity -= args.lr * grads[:-1]
-        params += velocity
-        epoch_loss += grads[-1]
-    losses.append(epoch_loss / steps_per_epoch)
+# Past one launch's time limit: continue from the newest checkpoint (fmpi.checkpoint; a no-op outside
+# fmpirun --max-runtime), with a result identical to an uninterrupted run. (Copied into `params`: the
+# per-layer views in `p` and `g` stay views of it.)
+(saved_params, saved_velocity, losses, epoch_loss), done = checkpoint.restore((params, velocity, [], 0.0), 0)
+params[:], velocity[:] = saved_params, saved_velocity
+for done_steps in range(done, args.epochs * steps_per_epoch):
+    step = done_steps % steps_per_epoch
+    if step == 0:
+        epoch_loss = 0.0
+    x, y = x_train[step], y_train[step]
+    hidden, logits = forward(x)
+    logits -= logits.max(axis=1, keepdims=True)
+    prob = np.exp(logits)
+    prob /= prob.sum(axis=1, keepdims=True)
+    # Sums over this rank's rows (divided by the global batch size after the Allreduce).
+    grads[-1] = -np.log(prob[np.arange(len(y)), y]).sum()
+    dlogits = prob
+    dlogits[np.arange(len(y)), y] -= 1.0
+    g["w2"][:] = hidden.T @ dlogits
+    g["b2"][:] = dlogits.sum(axis=0)
+    dhidden = (dlogits @ p["w2"].T) * (hidden > 0)
+    g["w1"][:] = x.T @ dhidden
+    g["b1"][:] = dhidden.sum(axis=0)
+    comm.Allreduce(MPI.IN_PLACE, grads, op=MPI.SUM)
+    grads /= batch
+    velocity *= args.momentum
+    velocity -= args.lr * grads[:-1]
+    params += velocity
+    epoch_loss += grads[-1]
+    if step == steps_per_epoch - 1:
+        losses.append(epoch_loss / steps_per_epoch)
+    checkpoint.save((params, velocity, losses, epoch_loss), done_steps + 1)
 t_train = MPI.Wtime() - t1
 
 correct = np.array([np.count_nonzero(np.argmax(forward(x_test)[1], axis=1) == y_test)], dtype=np.int64)

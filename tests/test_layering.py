@@ -21,6 +21,8 @@ LEAVES = {"__init__", "util", "settings"}
 ALLOWED: dict[str, set[str]] = {
     # the program's view
     "MPI": {"api"},
+    # what a program calls besides MPI: checkpoints (over the program's own mpi4py, imported at run time)
+    "checkpoint": {"wire"},
     "api": {"collectives", "transport", "rank", "wire"},
     "collectives": {"transport", "wire"},
     # what runs inside a rank, and what hosts the program on Lambda
@@ -36,7 +38,7 @@ ALLOWED: dict[str, set[str]] = {
     "util": set(),
     "settings": {"util"},
     # programs: fmpirun, fmpi-relay, python -m fmpi
-    "launcher": {"lambda_runtime", "rank", "rendezvous", "relay_server", "dso_client", "wire"},
+    "launcher": {"lambda_runtime", "rank", "rendezvous", "relay_server", "dso_client", "wire", "checkpoint"},
     "lambda_local": {"lambda_runtime"},  # fmpi-lambda-local: the runtimes' table, nothing else of fmpi's
     "relay_server": {"wire"},
     "__main__": {"launcher"},

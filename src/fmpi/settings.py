@@ -61,6 +61,12 @@ VARIABLES: tuple[Variable, ...] = (
              "FMPI_COLL_SEGMENT or FMPI_COLL_ALLREDUCE_RING_MIN"),
     # errors and limits
     Variable("FMPI_ERRORS", "exception", "what an MPI error does, as mpi4py.rc.errors: exception, default/fatal, abort"),
+    Variable("FMPI_CHECKPOINT_URL", "", "where fmpi.checkpoint keeps each rank's state: file:///folder, s3://bucket/prefix "
+             "or redis://host:port/db (fmpirun --max-runtime sets it; unset: checkpointing off)"),
+    Variable("FMPI_CHECKPOINT_EVERY", "60", "seconds between checkpoints (0: at every checkpoint.save() call); one is "
+             "also written whenever the time left is short"),
+    Variable("FMPI_CHECKPOINT_MARGIN", "10", "seconds kept free before the platform's deadline: when less than this "
+             "plus two iterations is left, checkpoint.save() writes one and stops the world to be launched again"),
     Variable("FMPI_DEADLINE", "", "epoch seconds of this rank's platform deadline (fmpi.remaining_time())", to_lambda=False),
     Variable("FMPI_TLS_CA", "", "PEM file of the CA that signed a tls:// relay's or rediss:// Redis's certificate "
              "(Lambda ranks get its content with their event)", to_lambda=False),
@@ -194,6 +200,33 @@ def deadline(env: Mapping[str, str] | None = None) -> float | None:
     """FMPI_DEADLINE as epoch seconds, read at each call: the Lambda handler moves it with every invocation."""
     text = (os.environ if env is None else env).get("FMPI_DEADLINE", "").strip()
     return _number("FMPI_DEADLINE", text, "epoch seconds") if text else None
+
+
+@dataclass(frozen=True)
+class Checkpointing:
+    url: str | None
+    every: float
+    margin: float
+
+
+def checkpointing(env: Mapping[str, str] | None = None) -> Checkpointing:
+    """FMPI_CHECKPOINT_URL, _EVERY and _MARGIN, read at each call (a Lambda invocation brings its own)."""
+    env = os.environ if env is None else env
+    every = env.get("FMPI_CHECKPOINT_EVERY", "").strip()
+    margin = env.get("FMPI_CHECKPOINT_MARGIN", "").strip()
+    return Checkpointing(
+        url=env.get("FMPI_CHECKPOINT_URL", "").strip() or None,
+        every=seconds("FMPI_CHECKPOINT_EVERY", every, allow_zero=True) if every else 60.0,
+        margin=seconds("FMPI_CHECKPOINT_MARGIN", margin, allow_zero=True) if margin else 10.0,
+    )
+
+
+def export(name: str, value: str) -> None:
+    """Set a variable of the table in this process's environment, for the ranks fmpirun starts from it."""
+    if name not in {v.name for v in VARIABLES}:
+        raise KeyError(f"{name} is not an fmpi setting")
+    os.environ[name] = value
+    reload()
 
 
 def tls_ca(env: Mapping[str, str] | None = None) -> str | None:

@@ -63,6 +63,10 @@ JOIN_FAILED = "fmpi_join_failed"
 
 _logger: Any = None
 
+#: A job stopped by a rank's function timeout ends with this status, as timeout(1) does (fmpirun --max-runtime
+#: then continues from the newest complete checkpoint, if the launch made one).
+FUNCTION_TIMEOUT_EXIT = 124
+
 
 class InvalidRankEvent(Exception):
     """The invocation's event is not a valid fmpi rank event (this is the function error's type)."""
@@ -196,7 +200,7 @@ class _Rank:
         )
         self.log.error(reason)
         out.flush()
-        session.abort(1, reason)  # does not return
+        session.abort(FUNCTION_TIMEOUT_EXIT, reason)  # does not return
 
     # ------------------------------------------------------------ fan-out
     def _invoke_subtree(self, fanout: Fanout) -> None:

@@ -16,8 +16,8 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-import socket
 import shutil
+import socket
 import sys
 from pathlib import Path
 
@@ -33,15 +33,12 @@ from ..rank.spec import (
 )
 from ..relay_server.server import RelayThread
 from ..rendezvous.relay_connection import RelayError
-from . import bytecode, closed_output
+from . import bytecode, closed_output, relaunch
 from .job import Job, log
 from .link_table import describe_event
 from .local import BIND_CHOICES, _fmpi_root, run_local
 from .relays import host_objects
-
-
-class UsageError(Exception):
-    """Bad command line: one message, exit status 2."""
+from .usage import UsageError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -71,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("Lambda backends (--backend lambda|localstack; see docs/lambda.md)")
     g.add_argument("--function-name", default="fmpi-rank", metavar="NAME", help="the function the ranks run in (default %(default)s)")
     g.add_argument("--memory", type=int, default=1769, metavar="MB", help="memory per rank (default %(default)s MB = one vCPU)")
-    g.add_argument("--timeout", type=int, default=900, metavar="S", help="function timeout per rank (default and maximum 900 s)")
+    g.add_argument("--timeout", type=int, metavar="S", help="function timeout per rank (default and maximum 900 s); "
+                   "with the local backend: each launch's deadline, as fmpi.remaining_time() reports it (default none)")
     g.add_argument("--role", metavar="ARN", help="execution role for a new function (ARN or role name)")
     g.add_argument("--region", help="AWS region (default: from the AWS configuration)")
     g.add_argument("--profile", help="AWS profile (default: from the AWS configuration)")
@@ -90,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--log-retention", type=int, default=14, metavar="DAYS", help="retention of the log group fmpirun creates for a new function (default %(default)s days)")
     g.add_argument("--no-log-output", action="store_true", help="do not copy the program's output into CloudWatch Logs (ingestion is billed per GB)")
     g.add_argument("--fanout-arity", type=int, metavar="K", help="start ranks through an invocation tree of arity K (0: all from fmpirun; default: a tree above 64 ranks)")
+    relaunch.add_options(p)
     return p
 
 
@@ -119,13 +118,21 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.join:
             return _join(args)
-        return _launch(args)
+        return relaunch.run(args, _launch, _default_checkpoint_url)
     except UsageError as exc:
         print(f"fmpirun: error: {exc}", file=sys.stderr)
         return 2
     except (RelayError, SpecError, ValueError) as exc:
         print(f"fmpirun: error: {exc}", file=sys.stderr)
         return 1
+
+
+def _default_checkpoint_url(args: argparse.Namespace) -> str:
+    if args.backend == "local":
+        return relaunch.local_default_url(args)
+    from .lambda_backend.checkpoints import default_checkpoint_url
+
+    return default_checkpoint_url(args)
 
 
 def _launch(args: argparse.Namespace) -> int:
@@ -190,7 +197,7 @@ def _launch(args: argparse.Namespace) -> int:
         else:
             bytecode.warm()
             outcome = run_local(job, command, args.tag_output, args.bind_to)
-            if outcome.message:
+            if outcome.message and outcome.code != relaunch.RESUME_EXIT:  # (the ranks said why themselves)
                 log(outcome.message)
             outcome_code = outcome.code
         _report_links(job, args.verbose, outcome_code == 0)

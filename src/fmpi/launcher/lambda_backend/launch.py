@@ -31,13 +31,28 @@ from ...rank.spec import display_url
 from ...relay_server.server import RelayThread
 from ...rendezvous.relay_connection import RelayError
 from ..job import Job, log
+from ..relaunch import RESUME_EXIT
 from ..relays import host_objects
 from .aws import LambdaError, Target, connect
-from .deploy import FunctionConfig, check_concurrency, deploy, function_exists, resolve_role
+from .deploy import (
+    FunctionConfig,
+    check_concurrency,
+    deploy,
+    function_exists,
+    resolve_role,
+)
 from .follow import Outcome, Watcher, cost_line, supervise
 from .join_failures import JoinFailures
 from .listing import describe_bundle
-from .options import RelayPlan, UsageError, function_config, rank_environment, relay_plan, resolve_program, tls_ca
+from .options import (
+    RelayPlan,
+    UsageError,
+    function_config,
+    rank_environment,
+    relay_plan,
+    resolve_program,
+    tls_ca,
+)
 from .packaging import PackagingError, build_bundle
 from .preflight import check_advertised, check_relay_from_here, ping
 from .progress import Display, Printer
@@ -235,7 +250,7 @@ class _Launch:
                 objects.end()
             job.end()
         printer.flush()
-        if outcome.message:
+        if outcome.message and outcome.code != RESUME_EXIT:  # (the ranks said why themselves)
             log(outcome.message)
         links = getattr(job.state, "links", None)  # direct / punched / relayed, as the local backend reports
         summary = links.summary() if links is not None else None

@@ -25,14 +25,11 @@ from ...lambda_runtime.runtimes import ARCHITECTURES, default_architecture, defa
 from ...rank.spec import check_relay_url
 from ...rendezvous.redis_connect import is_redis_url
 from .deploy import MAX_EVENT_AGE, MAX_TIMEOUT, MIN_EVENT_AGE, FunctionConfig
+from ..usage import UsageError
 from .resources import LOG_RETENTION_DAYS
 
 BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")  # S3's rules, roughly
 WILDCARDS = ("", "0.0.0.0", "::", "[::]")
-
-
-class UsageError(Exception):
-    """Bad options for the Lambda backends (fmpirun exits with status 2)."""
 
 
 @dataclass(frozen=True)
@@ -153,6 +150,8 @@ def unreachable_from_lambda(host: str) -> str | None:
 
 
 def function_config(args: argparse.Namespace) -> FunctionConfig:
+    if args.timeout is None:
+        args.timeout = MAX_TIMEOUT
     if not 1 <= args.timeout <= MAX_TIMEOUT:
         raise UsageError(f"--timeout must be 1 to {MAX_TIMEOUT} seconds (Lambda's limit), not {args.timeout}")
     if not 128 <= args.memory <= 10240:

@@ -1,0 +1,40 @@
+"""A job longer than the function timeout, on emulated Lambda: checkpoints in S3, several launches, the same result.
+
+The functions run under the emulator's enforced timeout (a few seconds
+here, 900 s on AWS); fmpirun --max-runtime relaunches the world from the
+newest complete checkpoint until k-means ends, and its result is
+bit-identical to an uninterrupted local run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+
+import pytest
+from lambda_testing import FMPIRUN, REPO, aws_env
+
+KMEANS = [str(REPO / "apps" / "kmeans.py"), "--iterations", "30", "--points", "20000"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_kmeans_past_the_function_timeout_is_relaunched_from_s3_and_bit_identical(lambda_run, moto, bundle_cache):
+    whole = subprocess.run([FMPIRUN, "-n", "4", "python", *KMEANS], capture_output=True, text=True, timeout=300,
+                           check=False)
+    assert whole.returncode == 0, whole.stderr
+    env = aws_env(moto.endpoint_url, bundle_cache, FMPI_CHECKPOINT_EVERY="0", FMPI_CHECKPOINT_MARGIN="3")
+    run = lambda_run(4, KMEANS[0], *KMEANS[1:], extra=("--timeout", "15", "--fill-timeout", "10", "--max-runtime", "600"),
+                     env=env, timeout=600)
+    assert run.returncode == 0, run.stderr
+    launches = int(re.search(r"the job ended after (\d+) launches", run.stderr).group(1))
+    assert launches >= 2, run.stderr
+    result = next(line for line in run.stdout.splitlines() if line.startswith("kmeans "))
+    assert result == next(line for line in whole.stdout.splitlines() if line.startswith("kmeans "))
+    assert "stopped at the checkpoint of step" in run.stderr, run.stderr  # the policy stopped the world in time
+    s3 = moto.client("s3")
+    bucket = "fmpi-code-123456789012-us-east-1"
+    left = s3.list_objects_v2(Bucket=bucket, Prefix="checkpoints/").get("KeyCount", 0)
+    assert left == 0, "a checkpoint fmpirun chose itself is removed when the job ends well"
+    assert os.environ.get("FMPI_CHECKPOINT_URL") is None
