@@ -123,9 +123,18 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"fmpirun: error: {exc}", file=sys.stderr)
         return 2
-    except (RelayError, SpecError, ValueError) as exc:
+    except RelayError as exc:
+        hint = ""
+        if exc.code == "timeout" and (args.relay or "").startswith("tcp://"):
+            hint = " (is it a Redis server? Redis is redis://host:port)"
+        print(f"fmpirun: error: {exc}{hint}", file=sys.stderr)
+        return 1
+    except (SpecError, ValueError) as exc:
         print(f"fmpirun: error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # (while connecting to the relay: the ranks' own Ctrl-C is handled in local.py)
+        print("fmpirun: interrupted", file=sys.stderr)
+        return 130
 
 
 def _launch(args: argparse.Namespace) -> int:
