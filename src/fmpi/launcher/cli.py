@@ -24,7 +24,6 @@ from pathlib import Path
 from .. import settings
 from ..rank.shim_path import SHIM_DIR
 from ..rank.spec import (
-    DEFAULT_FILL_TIMEOUT,
     RankSpec,
     SpecError,
     check_relay_url,
@@ -35,62 +34,14 @@ from ..relay_server.server import RelayThread
 from ..rendezvous.relay_connection import RelayError
 from . import bytecode, closed_output
 from .job import Job, log
+from .cli_options import build_parser, listen_address
 from .link_table import describe_event
-from .local import BIND_CHOICES, _fmpi_root, run_local
+from .local import _fmpi_root, run_local
 from .relays import host_objects
 
 
 class UsageError(Exception):
     """Bad command line: one message, exit status 2."""
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="fmpirun",
-        description="Run an MPI (mpi4py) program on fmpi ranks: local processes or serverless functions.",
-        epilog="Example: fmpirun -n 4 python apps/pi.py",
-    )
-    p.add_argument("-n", "-np", dest="n", type=int, help="number of ranks")
-    p.add_argument("--backend", choices=["local", "lambda", "localstack"], default="local", help="where ranks run (default: local)")
-    p.add_argument("--relay", metavar="URL", help="use this relay instead of starting one in fmpirun: tcp://host:port (fmpi-relay; tcp://a:7000,b:7000 shards server-side collectives over several) or redis://[:password@]host:port/db")
-    p.add_argument("--channel", choices=["auto", "direct", "punch", "relay"], help="how links between ranks are made (sets FMPI_CHANNEL; default auto: direct or punched where possible, relayed where not)")
-    p.add_argument("--relay-listen", metavar="HOST:PORT", help="address of the relay fmpirun starts (default 127.0.0.1:0; for Lambda: 0.0.0.0:PORT with --relay-advertise)")
-    p.add_argument("--tag-output", action="store_true", help="prefix every output line with [rank]")
-    p.add_argument("--bind-to", choices=BIND_CHOICES, default="auto", help="local backend: bind each rank to one core (auto, the default: when the ranks outnumber the cores, the same number on each)")
-    p.add_argument("--fill-timeout", type=float, default=DEFAULT_FILL_TIMEOUT, metavar="S", help="seconds for all ranks to join (default %(default)g)")
-    p.add_argument("--verbose", "-v", action="store_true", help="report job progress on stderr")
-    p.add_argument("--print-join", action="store_true", help="create the job and print the command that joins a rank to it")
-    p.add_argument("--join", metavar="URL", help="join a job created with --print-join, as one rank")
-    p.add_argument("--job", help="job id (with --join)")
-    p.add_argument("--rank", type=int, default=-1, help="rank slot to take (with --join; default: any free slot)")
-    p.add_argument("--size", type=int, help="world size (with --join)")
-    p.add_argument("-x", "--env", dest="env", action="append", default=[], metavar="VAR[=VALUE]",
-                   help="pass VAR (its value here, or VALUE) to every rank, as mpiexec -x; repeatable "
-                        "(Lambda ranks also get every FMPI_* variable set here)")
-    p.add_argument("command", nargs=argparse.REMAINDER, help="the program and its arguments")
-    g = p.add_argument_group("Lambda backends (--backend lambda|localstack; see docs/lambda.md)")
-    g.add_argument("--function-name", default="fmpi-rank", metavar="NAME", help="the function the ranks run in (default %(default)s)")
-    g.add_argument("--memory", type=int, default=1769, metavar="MB", help="memory per rank (default %(default)s MB = one vCPU)")
-    g.add_argument("--timeout", type=int, default=900, metavar="S", help="function timeout per rank (default and maximum 900 s)")
-    g.add_argument("--role", metavar="ARN", help="execution role for a new function (ARN or role name)")
-    g.add_argument("--region", help="AWS region (default: from the AWS configuration)")
-    g.add_argument("--profile", help="AWS profile (default: from the AWS configuration)")
-    g.add_argument("--layers", action="append", default=[], metavar="ARN", help="layer ARNs (comma-separated or repeated)")
-    g.add_argument("--code", metavar="DIR", help="directory deployed with the program (default: the script's directory)")
-    g.add_argument("--endpoint-url", metavar="URL", help="AWS endpoint (default: AWS_ENDPOINT_URL; localstack: http://localhost:4566)")
-    g.add_argument("--s3-bucket", metavar="NAME", help="S3 bucket for packages over Lambda's 50 MB direct-upload limit (default: fmpi-code-ACCOUNT-REGION, created if missing)")
-    g.add_argument("--no-bundle-deps", action="store_true", help="leave numpy and powertools out of the zip (a layer provides them; same as --deps none)")
-    g.add_argument("--deps", choices=["target", "local", "none"], default="target", help="where the bundled dependencies come from: built for the runtime with pip (target, the default), copied from this environment (local), or none")
-    g.add_argument("--runtime", metavar="NAME", help="the Lambda runtime: python3.11 (Amazon Linux 2, glibc 2.26), python3.12, python3.13 or python3.14 (Amazon Linux 2023, glibc 2.34); default: this Python's version")
-    g.add_argument("--arch", choices=["x86_64", "arm64"], help="the functions' architecture (default: this machine's; arm64 is cheaper)")
-    g.add_argument("--relay-advertise", metavar="HOST[:PORT]", help="the address the functions connect to for the relay fmpirun runs (--relay-listen 0.0.0.0:7000 --relay-advertise PUBLIC_IP:7000)")
-    g.add_argument("--relay-probe-port", type=int, metavar="PORT", help="the NAT probe port of the relay fmpirun runs (default: any free port; fix it to open it in a firewall)")
-    g.add_argument("--dry-run", action="store_true", help="build the package and list what is in it, deploy nothing (with --cleanup: list what would be deleted)")
-    g.add_argument("--cleanup", action="store_true", help="delete what fmpirun created in the region (functions, log groups, the code bucket; found by their fmpi tag)")
-    g.add_argument("--log-retention", type=int, default=14, metavar="DAYS", help="retention of the log group fmpirun creates for a new function (default %(default)s days)")
-    g.add_argument("--no-log-output", action="store_true", help="do not copy the program's output into CloudWatch Logs (ingestion is billed per GB)")
-    g.add_argument("--fanout-arity", type=int, metavar="K", help="start ranks through an invocation tree of arity K (0: all from fmpirun; default: a tree above 64 ranks)")
-    return p
 
 
 def resolve_command(command: list[str]) -> list[str]:
@@ -105,6 +56,8 @@ def resolve_command(command: list[str]) -> list[str]:
             raise UsageError(f"script not found: {first}")
         return [sys.executable, *command]
     if shutil.which(first) is None:
+        if "/" in first and Path(first).is_file():
+            raise UsageError(f"not executable: {first} (chmod +x it, or name its interpreter: fmpirun -n N python {first})")
         raise UsageError(f"program not found: {first}")
     if Path(first).name.startswith("python") and len(command) > 1:
         script = command[1]
@@ -150,6 +103,11 @@ def _launch(args: argparse.Namespace) -> int:
         raise UsageError(f"-n must be at least 1 (got {args.n})")
     if args.fill_timeout <= 0:
         raise UsageError("--fill-timeout must be positive")
+    if args.relay:
+        try:
+            check_relay_url(args.relay)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     if args.backend != "local":
         if args.bind_to != "auto":
             raise UsageError("--bind-to works with the local backend only (a Lambda function has its own CPUs)")
@@ -169,14 +127,15 @@ def _launch(args: argparse.Namespace) -> int:
     relay = None
     if args.relay:
         relay_url = args.relay
-        check_relay_url(relay_url)
     else:
         relay_listen = args.relay_listen or "127.0.0.1:0"
-        host, _, port = relay_listen.rpartition(":")
         try:
-            relay = RelayThread(host or "127.0.0.1", int(port), heartbeat_timeout=transport.heartbeat_timeout)
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"cannot start the relay on {relay_listen}: {exc}") from None
+            host, port = listen_address(relay_listen)
+            relay = RelayThread(host, port, heartbeat_timeout=transport.heartbeat_timeout)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        except OSError as exc:
+            raise UsageError(f"cannot start the relay on {relay_listen}: {exc.strerror or exc}") from None
         relay_url = "tcp://{}:{}".format(*relay.address)
 
     def on_event(kind: str, body: dict) -> None:
