@@ -33,7 +33,7 @@ from ..rank.spec import (
 from ..relay_server.server import RelayThread
 from ..rendezvous.relay_connection import RelayError
 from . import bytecode, closed_output
-from .job import Job, log
+from .job import Job, failure_status, log
 from .cli_options import build_parser, listen_address
 from .link_table import describe_event
 from .local import _fmpi_root, run_local
@@ -239,7 +239,7 @@ def _serve_join(job: Job, relay_url: str, command: list[str] | None) -> int:
     state = job.state
     if state.failure is not None:
         log(str(state.failure))
-        return 1
+        return failure_status(state.failure)
     if state.abort is not None:
         log(str(state.abort))
         return state.abort.exit_code

@@ -16,11 +16,12 @@ USAGE = """%(prog)s -n N [options] PROGRAM [ARGS...]
 
 EXIT_CODES = """exit status:
   0      every rank exited 0
-  N      the first rank that failed exited with status N (as mpiexec)
+  N      the first rank that failed exited with status N (as mpiexec; an uncaught exception is 1)
   128+S  a rank was killed by signal S (137: SIGKILL), or fmpirun was (130: Ctrl-C)
   1      fmpi's own failure (relay unreachable, a rank stopped responding, ...)
   2      bad command line or FMPI_* variable (nothing was started)
-  124    the ranks did not all join within --fill-timeout
+  124    local ranks did not all join within --fill-timeout
+  127    the program could not be started
 
 example: fmpirun -n 4 python apps/pi.py"""
 

@@ -25,7 +25,7 @@ from typing import BinaryIO
 from .. import settings
 from ..rank.shim_path import SHIM_DIR
 from . import closed_output
-from .job import Job
+from .job import Job, failure_status
 
 KILL_GRACE = 2.0  # seconds between asking ranks to stop and killing them
 _PR_SET_PDEATHSIG = 1
@@ -229,7 +229,7 @@ def _supervise(job: Job, procs: list[subprocess.Popen]) -> Outcome:
                     kill_at = time.monotonic() + KILL_GRACE
             state = job.state
             if failure is None and state.failure is not None:
-                failure = Outcome(1, str(state.failure))
+                failure = Outcome(failure_status(state.failure), str(state.failure))
                 kill_at = time.monotonic()
             if failure is None and state.abort is not None:
                 failure = Outcome(state.abort.exit_code, str(state.abort))
@@ -259,7 +259,7 @@ def _supervise(job: Job, procs: list[subprocess.Popen]) -> Outcome:
         if abort is not None:
             failure = Outcome(abort.exit_code, str(abort))
         elif job.state.failure is not None:
-            failure = Outcome(1, str(job.state.failure))
+            failure = Outcome(failure_status(job.state.failure), str(job.state.failure))
         else:
             failure.message = _describe_exit(failed_rank, exited[failed_rank])
     if failure is not None:
