@@ -8,9 +8,9 @@ import subprocess
 import sys
 
 import pytest
+from tests_support import BIN, REPO, fmpirun_argv
 
 from fmpi import __version__, settings
-from tests_support import BIN, REPO, fmpirun_argv
 
 PY = sys.executable
 

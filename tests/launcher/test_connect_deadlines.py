@@ -13,7 +13,6 @@ import threading
 import time
 
 import pytest
-
 from tests_support import fmpirun_argv
 
 PROGRAM = ("python", "-c", "pass")

@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-
 from tests_support import fmpirun_argv
 
 PY = sys.executable

@@ -16,8 +16,8 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-import socket
 import shutil
+import socket
 import sys
 from pathlib import Path
 
@@ -33,10 +33,11 @@ from ..rank.spec import (
 from ..relay_server.server import RelayThread
 from ..rendezvous.relay_connection import RelayError
 from . import bytecode, closed_output
-from .job import Job, failure_status, log
 from .cli_options import build_parser, listen_address
-from .link_table import describe_event
+from .job import Job, failure_status, log
+from .link_table import describe
 from .local import _fmpi_root, run_local
+from .progress import Progress
 from .relays import host_objects
 
 
@@ -138,15 +139,11 @@ def _launch(args: argparse.Namespace) -> int:
             raise UsageError(f"cannot start the relay on {relay_listen}: {exc.strerror or exc}") from None
         relay_url = "tcp://{}:{}".format(*relay.address)
 
-    def on_event(kind: str, body: dict) -> None:
-        if args.verbose and kind in ("joined", "world", "lost", "finished"):
-            log(f"{kind}: {body}")
-        elif args.verbose and kind == "link":
-            log(describe_event(body))
-
+    # The live line only for a local launch on a terminal: --print-join's ranks print elsewhere.
+    progress = Progress(args.n, args.verbose, live=not args.print_join and sys.stderr.isatty())
     job = Job(
-        relay_url, args.n, args.fill_timeout, on_output=_print_output, on_event=on_event, channel=args.channel or "",
-        embedded_relay=relay is not None,
+        relay_url, args.n, args.fill_timeout, on_output=_print_output, on_event=progress.on_event,
+        channel=args.channel or "", embedded_relay=relay is not None,
     )
     if args.verbose:
         log(f"job {job.id}: {args.n} ranks, relay {display_url(relay_url)}")
@@ -157,12 +154,15 @@ def _launch(args: argparse.Namespace) -> int:
             outcome_code = _serve_join(job, relay_url, args.command)  # (it runs on the joining hosts: as typed)
         else:
             bytecode.warm()
-            outcome = run_local(job, command, args.tag_output, args.bind_to)
+            outcome = run_local(job, command, args.tag_output, args.bind_to, on_start=progress.rank_started)
+            progress.stop()
             if outcome.message:
                 log(outcome.message)
             outcome_code = outcome.code
-        _report_links(job, args.verbose, outcome_code == 0)
+        if args.verbose:
+            _report_links(job, progress.links_shown, outcome_code == 0)
     finally:
+        progress.stop()
         if objects is not None:
             objects.end()
         job.end()
@@ -213,14 +213,15 @@ def _this_hosts_addresses() -> list[str]:
     return list(dict.fromkeys(a for a in found if not a.startswith("127.")))
 
 
-def _report_links(job: Job, verbose: bool, complete: bool) -> None:
-    """How many links were direct / punched / relayed, and how long set-up took."""
+def _report_links(job: Job, shown: set[tuple[int, int]], complete: bool) -> None:
+    """(-v) The links not shown as they formed, then how many were direct / punched / relayed and how long set-up took."""
     if complete:  # the ranks' FINISHED reports may trail their exits by a moment
         job.wait(lambda s: len(s.finished) + len(s.lost) >= job.size, 1.0)
     summary = job.state.links.summary()
     if summary:
-        for line in job.state.links.details() if verbose else ():
-            log(line)
+        for pair, entry in sorted(job.state.links.links.items()):
+            if pair not in shown:
+                log(describe(pair, entry))
         log(summary)
 
 

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -158,7 +159,10 @@ class OutputPump:
             closed_output.write(sink, lines)
 
 
-def run_local(job: Job, command: list[str], tag_output: bool, bind: str = "auto") -> Outcome:
+def run_local(
+    job: Job, command: list[str], tag_output: bool, bind: str = "auto", on_start: Callable[[], None] | None = None
+) -> Outcome:
+    """Run the job's ranks here until they end (`on_start`: called as each rank process starts)."""
     pump = OutputPump(tag_output)
     procs: list[subprocess.Popen] = []
     base = dict(os.environ)
@@ -177,6 +181,8 @@ def run_local(job: Job, command: list[str], tag_output: bool, bind: str = "auto"
             procs.append(proc)
             pump.add(rank, proc.stdout, sys.stdout.buffer)
             pump.add(rank, proc.stderr, sys.stderr.buffer)
+            if on_start is not None:
+                on_start()
     except OSError as exc:
         _kill(procs)
         return Outcome(127, f"cannot start {command[0]!r}: {exc.strerror or exc}")
