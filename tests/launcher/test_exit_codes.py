@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from tests_support import fmpirun_argv
+from tests_support import REPO, fmpirun_argv
 
 PY = sys.executable
 
@@ -50,3 +50,8 @@ def test_exit_status_follows_the_documented_table(tmp_path, row, args, status, w
     assert result.returncode == status, result.stderr
     assert words in result.stderr, result.stderr
     assert "Traceback" not in result.stderr, result.stderr
+
+
+def test_getting_started_shows_the_table_fmpirun_prints():
+    table = "exit status:\n" + "\n".join(f"  {code:<6} {meaning}" for code, meaning in _help_rows().items())
+    assert table in (REPO / "docs" / "getting-started.md").read_text()
