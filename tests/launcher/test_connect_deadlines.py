@@ -112,3 +112,17 @@ def test_ctrl_c_while_connecting_is_one_line(silent_server):
             proc.wait()
     assert proc.returncode == 130, err
     assert err.strip() == "fmpirun: interrupted", err
+
+
+def test_after_set_up_a_redis_connection_waits_without_limit(redis_server):
+    # The set-up deadline must not stay on the socket: the rendezvous BLPOPs for longer than the connect
+    # timeout, on a first connection and on one redis-py makes again inside a command.
+    from fmpi.rendezvous.redis_connect import connect
+
+    client = connect(redis_server[0], timeout=0.5)
+    try:
+        assert client.blpop(["fmpi-test:nothing"], timeout=1) is None
+        client.connection_pool.disconnect()  # the next command connects again, inside redis-py
+        assert client.blpop(["fmpi-test:nothing"], timeout=1) is None
+    finally:
+        client.close()

@@ -95,11 +95,15 @@ def _bound_connection_class(source: tuple[str, int], tls: bool = False):
 
 
 def _deadline_class(base: type) -> type:
-    """`base` (a redis-py Connection class) whose set-up, retries included, ends within socket_connect_timeout.
+    """`base` (a redis-py Connection class) whose set-up ends within socket_connect_timeout, on every path.
 
-    Why not redis-py's socket_timeout: it also bounds every later read, and
-    the rendezvous BLPOPs without limit. The socket's own timeout is set for
-    the set-up only, the parser keeps socket_timeout (None) for afterwards.
+    Set-up is the TCP connect, the TLS handshake, redis-py's AUTH/SELECT/HELLO
+    and a PING (a server that accepted but is not Redis answers nothing, or
+    not that). Why not redis-py's socket_timeout: it also bounds every later
+    read, and the rendezvous BLPOPs without limit; here the socket's own
+    timeout bounds the set-up, then goes back to socket_timeout (None). A first
+    connect is not retried (each retry would start the wait over); a reconnect
+    inside a command keeps redis-py's retries, each attempt bounded.
     """
     from redis.backoff import NoBackoff
     from redis.retry import Retry
@@ -107,35 +111,47 @@ def _deadline_class(base: type) -> type:
     class DeadlineConnection(base):  # type: ignore[misc, valid-type]
         _deadline: float | None = None
 
+        def connect(self) -> None:
+            retry, self.retry = self.retry, Retry(NoBackoff(), 0)
+            try:
+                super().connect()
+            finally:
+                self.retry = retry
+
         def _connect(self) -> socket.socket:
-            steady, self.socket_timeout = self.socket_timeout, self._left()  # (TLS handshakes under it too)
+            limit = self.socket_connect_timeout
+            self._deadline = None if limit is None else time.monotonic() + limit
+            # (Connection._connect leaves the socket at socket_timeout: for now the limit, so the TLS handshake
+            # and the set-up's replies wait no longer; the parser, made after this, keeps the steady value.)
+            steady, self.socket_timeout = self.socket_timeout, limit
             try:
                 return super()._connect()
             finally:
                 self.socket_timeout = steady
+
+        def _bounded(self, set_up: Any) -> None:
+            self._sock.settimeout(self._left())
+            set_up()
+            self._sock.settimeout(self._left())
+            self.send_command("PING")
+            self.read_response()
+            self._sock.settimeout(self.socket_timeout)
+            self._deadline = None
 
         def _left(self) -> float | None:
             if self._deadline is None:
                 return self.socket_connect_timeout
             return max(0.001, self._deadline - time.monotonic())
 
-        def connect(self) -> None:
-            if self._sock is not None:
-                return
-            limit = self.socket_connect_timeout
-            self._deadline = None if limit is None else time.monotonic() + limit
-            retry, self.retry = self.retry, Retry(NoBackoff(), 0)  # (a retry would start the wait over)
-            try:
-                super().connect()
-                self._sock.settimeout(self._left())
-                self.send_command("PING")  # a server that accepted but is not Redis answers nothing, or not this
-                self.read_response()
-                self._sock.settimeout(self.socket_timeout)
-            except BaseException:
-                self.disconnect()
-                raise
-            finally:
-                self.retry, self._deadline = retry, None
+        if hasattr(base, "on_connect_check_health"):  # redis-py >= 6 connects through it, on_connect calls it
+
+            def on_connect_check_health(self, check_health: bool = True) -> None:
+                self._bounded(lambda: super(DeadlineConnection, self).on_connect_check_health(check_health))
+
+        else:
+
+            def on_connect(self) -> None:
+                self._bounded(super().on_connect)
 
     DeadlineConnection.__name__ = f"Deadline{base.__name__}"
     return DeadlineConnection
