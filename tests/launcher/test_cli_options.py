@@ -88,3 +88,9 @@ def test_genv_and_x_pass_variables_to_every_rank_and_oversubscribe_is_accepted()
     result = run("-n", "2", "--oversubscribe", "-genv", "A", "one value", "-x", "B=2", "-x", "C", PY, "-c", code, env=env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["one value 2 from-here"] * 2
+
+
+def test_a_bad_join_is_usage_too():
+    result = run("--join", "tcp://h:x", "--job", "j", "--size", "2", PY, "-c", "pass", env=dict(os.environ, FMPI_TOKEN="t" * 24))
+    assert result.returncode == 2
+    assert result.stderr.strip() == "fmpirun: error: relay URL 'tcp://h:x': the port must be a number 1-65535, not 'x'"

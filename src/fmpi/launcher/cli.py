@@ -258,7 +258,10 @@ def _join(args: argparse.Namespace) -> int:
     if not token:
         raise UsageError("set FMPI_TOKEN to the job's token (fmpirun --print-join shows it)")
     command = resolve_command(args.command)
-    spec = RankSpec(args.job, args.rank, args.size, args.join, token, fill_timeout=args.fill_timeout, channel=args.channel or "")
+    try:
+        spec = RankSpec(args.job, args.rank, args.size, args.join, token, fill_timeout=args.fill_timeout, channel=args.channel or "")
+    except SpecError as exc:
+        raise UsageError(str(exc)) from None
     env = dict(os.environ)
     env.update(spec.to_env())
     env["PYTHONPATH"] = os.pathsep.join(p for p in (SHIM_DIR, _fmpi_root(), env.get("PYTHONPATH", "")) if p)
