@@ -220,7 +220,7 @@ def _report_links(job: Job, shown: set[tuple[int, int]], complete: bool) -> None
     summary = job.state.links.summary()
     if summary:
         for pair, entry in sorted(job.state.links.links.items()):
-            if pair not in shown:
+            if pair not in shown or entry["failovers"]:  # (a pair that failed over: its final state too)
                 log(describe(pair, entry))
         log(summary)
 
