@@ -455,7 +455,7 @@ print("ok")
 @pytest.mark.parametrize("shm, summary", [("1", "; 3 with shared memory;"), ("0", None)])
 def test_local_ranks_move_large_payloads_through_shared_memory_unless_told_not_to(shm, summary):
     before = {f for f in os.listdir("/dev/shm") if f.startswith("fmpi-lane-")}
-    result = run("-n", "3", PY, "-c", LARGE_RING, env=dict(os.environ, FMPI_SHM=shm))
+    result = run("-n", "3", "-v", PY, "-c", LARGE_RING, env=dict(os.environ, FMPI_SHM=shm))  # (-v: the links line)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["ok"] * 3
     line = next(line for line in result.stderr.splitlines() if line.startswith("fmpirun: links: 3 "))

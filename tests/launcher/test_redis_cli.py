@@ -80,7 +80,7 @@ def test_fmpirun_rejects_a_bad_relay_url_before_starting_ranks(tmp_path):
     script.write_text(f"open({str(marker)!r}, 'w').close()\n")
     done = subprocess.run(fmpirun_argv("-n", "2", "--relay", "redis://:s3cret@h:1/x", sys.executable, str(script)),
                           capture_output=True, text=True, timeout=60)
-    assert done.returncode == 1
+    assert done.returncode == 2  # bad input, as every usage error (issue 29: one convention)
     assert "numeric db" in done.stderr and "s3cret" not in done.stderr
     assert not marker.exists()
 
@@ -97,7 +97,7 @@ def test_fmpirun_channel_option_reaches_the_ranks(request, tmp_path, channel, ki
         "import os\nfrom mpi4py import MPI\nc = MPI.COMM_WORLD\n"
         "print(c.rank, os.environ.get('FMPI_CHANNEL'), c.sendrecv(c.rank, (c.rank + 1) % c.size, source=(c.rank - 1) % c.size))\n"
     )
-    done = subprocess.run(fmpirun_argv("-n", "3", *extra, "--channel", channel, sys.executable, str(script)),
+    done = subprocess.run(fmpirun_argv("-n", "3", "-v", *extra, "--channel", channel, sys.executable, str(script)),
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert sorted(done.stdout.splitlines()) == [f"{r} {channel} {(r - 1) % 3}" for r in range(3)]

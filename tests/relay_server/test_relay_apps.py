@@ -39,7 +39,7 @@ def _env() -> dict[str, str]:
 
 def _run(app: str, args: list[str], save: Path, *extra: str) -> tuple[str, np.ndarray, str]:
     """(the app's result line, its saved array, fmpirun's stderr) of one run at N ranks."""
-    argv = fmpirun_argv("-n", str(N), *extra, sys.executable, str(APPS / f"{app}.py"), *args, "--save", str(save))
+    argv = fmpirun_argv("-n", str(N), "-v", *extra, sys.executable, str(APPS / f"{app}.py"), *args, "--save", str(save))
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=180, env=_env())
     assert proc.returncode == 0, f"{app} with {extra} failed:\n{proc.stderr[-3000:]}"
     lines = [line for line in proc.stdout.splitlines() if line.startswith(f"{app} ")]

@@ -24,7 +24,6 @@ from pathlib import Path
 from .. import settings
 from ..rank.shim_path import SHIM_DIR
 from ..rank.spec import (
-    DEFAULT_FILL_TIMEOUT,
     RankSpec,
     SpecError,
     check_relay_url,
@@ -34,62 +33,13 @@ from ..rank.spec import (
 from ..relay_server.server import RelayThread
 from ..rendezvous.relay_connection import RelayError
 from . import bytecode, closed_output, relaunch
-from .job import Job, log
-from .link_table import describe_event
-from .local import BIND_CHOICES, _fmpi_root, run_local
+from .cli_options import build_parser, listen_address
+from .job import Job, failure_status, log
+from .link_table import describe
+from .local import _fmpi_root, run_local
+from .progress import Progress
 from .relays import host_objects
 from .usage import UsageError
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="fmpirun",
-        description="Run an MPI (mpi4py) program on fmpi ranks: local processes or serverless functions.",
-        epilog="Example: fmpirun -n 4 python apps/pi.py",
-    )
-    p.add_argument("-n", "-np", dest="n", type=int, help="number of ranks")
-    p.add_argument("--backend", choices=["local", "lambda", "localstack"], default="local", help="where ranks run (default: local)")
-    p.add_argument("--relay", metavar="URL", help="use this relay instead of starting one in fmpirun: tcp://host:port (fmpi-relay; tcp://a:7000,b:7000 shards server-side collectives over several) or redis://[:password@]host:port/db")
-    p.add_argument("--channel", choices=["auto", "direct", "punch", "relay"], help="how links between ranks are made (sets FMPI_CHANNEL; default auto: direct or punched where possible, relayed where not)")
-    p.add_argument("--relay-listen", metavar="HOST:PORT", help="address of the relay fmpirun starts (default 127.0.0.1:0; for Lambda: 0.0.0.0:PORT with --relay-advertise)")
-    p.add_argument("--tag-output", action="store_true", help="prefix every output line with [rank]")
-    p.add_argument("--bind-to", choices=BIND_CHOICES, default="auto", help="local backend: bind each rank to one core (auto, the default: when the ranks outnumber the cores, the same number on each)")
-    p.add_argument("--fill-timeout", type=float, default=DEFAULT_FILL_TIMEOUT, metavar="S", help="seconds for all ranks to join (default %(default)g)")
-    p.add_argument("--verbose", "-v", action="store_true", help="report job progress on stderr")
-    p.add_argument("--print-join", action="store_true", help="create the job and print the command that joins a rank to it")
-    p.add_argument("--join", metavar="URL", help="join a job created with --print-join, as one rank")
-    p.add_argument("--job", help="job id (with --join)")
-    p.add_argument("--rank", type=int, default=-1, help="rank slot to take (with --join; default: any free slot)")
-    p.add_argument("--size", type=int, help="world size (with --join)")
-    p.add_argument("-x", "--env", dest="env", action="append", default=[], metavar="VAR[=VALUE]",
-                   help="pass VAR (its value here, or VALUE) to every rank, as mpiexec -x; repeatable "
-                        "(Lambda ranks also get every FMPI_* variable set here)")
-    p.add_argument("command", nargs=argparse.REMAINDER, help="the program and its arguments")
-    g = p.add_argument_group("Lambda backends (--backend lambda|localstack; see docs/lambda.md)")
-    g.add_argument("--function-name", default="fmpi-rank", metavar="NAME", help="the function the ranks run in (default %(default)s)")
-    g.add_argument("--memory", type=int, default=1769, metavar="MB", help="memory per rank (default %(default)s MB = one vCPU)")
-    g.add_argument("--timeout", type=int, metavar="S", help="function timeout per rank (default and maximum 900 s); "
-                   "with the local backend: each launch's deadline, as fmpi.remaining_time() reports it (default none)")
-    g.add_argument("--role", metavar="ARN", help="execution role for a new function (ARN or role name)")
-    g.add_argument("--region", help="AWS region (default: from the AWS configuration)")
-    g.add_argument("--profile", help="AWS profile (default: from the AWS configuration)")
-    g.add_argument("--layers", action="append", default=[], metavar="ARN", help="layer ARNs (comma-separated or repeated)")
-    g.add_argument("--code", metavar="DIR", help="directory deployed with the program (default: the script's directory)")
-    g.add_argument("--endpoint-url", metavar="URL", help="AWS endpoint (default: AWS_ENDPOINT_URL; localstack: http://localhost:4566)")
-    g.add_argument("--s3-bucket", metavar="NAME", help="S3 bucket for packages over Lambda's 50 MB direct-upload limit (default: fmpi-code-ACCOUNT-REGION, created if missing)")
-    g.add_argument("--no-bundle-deps", action="store_true", help="leave numpy and powertools out of the zip (a layer provides them; same as --deps none)")
-    g.add_argument("--deps", choices=["target", "local", "none"], default="target", help="where the bundled dependencies come from: built for the runtime with pip (target, the default), copied from this environment (local), or none")
-    g.add_argument("--runtime", metavar="NAME", help="the Lambda runtime: python3.11 (Amazon Linux 2, glibc 2.26), python3.12, python3.13 or python3.14 (Amazon Linux 2023, glibc 2.34); default: this Python's version")
-    g.add_argument("--arch", choices=["x86_64", "arm64"], help="the functions' architecture (default: this machine's; arm64 is cheaper)")
-    g.add_argument("--relay-advertise", metavar="HOST[:PORT]", help="the address the functions connect to for the relay fmpirun runs (--relay-listen 0.0.0.0:7000 --relay-advertise PUBLIC_IP:7000)")
-    g.add_argument("--relay-probe-port", type=int, metavar="PORT", help="the NAT probe port of the relay fmpirun runs (default: any free port; fix it to open it in a firewall)")
-    g.add_argument("--dry-run", action="store_true", help="build the package and list what is in it, deploy nothing (with --cleanup: list what would be deleted)")
-    g.add_argument("--cleanup", action="store_true", help="delete what fmpirun created in the region (functions, log groups, the code bucket; found by their fmpi tag)")
-    g.add_argument("--log-retention", type=int, default=14, metavar="DAYS", help="retention of the log group fmpirun creates for a new function (default %(default)s days)")
-    g.add_argument("--no-log-output", action="store_true", help="do not copy the program's output into CloudWatch Logs (ingestion is billed per GB)")
-    g.add_argument("--fanout-arity", type=int, metavar="K", help="start ranks through an invocation tree of arity K (0: all from fmpirun; default: a tree above 64 ranks)")
-    relaunch.add_options(p)
-    return p
 
 
 def resolve_command(command: list[str]) -> list[str]:
@@ -104,6 +54,8 @@ def resolve_command(command: list[str]) -> list[str]:
             raise UsageError(f"script not found: {first}")
         return [sys.executable, *command]
     if shutil.which(first) is None:
+        if "/" in first and Path(first).is_file():
+            raise UsageError(f"not executable: {first} (chmod +x it, or name its interpreter: fmpirun -n N python {first})")
         raise UsageError(f"program not found: {first}")
     if Path(first).name.startswith("python") and len(command) > 1:
         script = command[1]
@@ -122,9 +74,18 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"fmpirun: error: {exc}", file=sys.stderr)
         return 2
-    except (RelayError, SpecError, ValueError) as exc:
+    except RelayError as exc:
+        hint = ""
+        if exc.code == "timeout" and (args.relay or "").startswith("tcp://"):
+            hint = " (is it a Redis server? Redis is redis://host:port)"
+        print(f"fmpirun: error: {exc}{hint}", file=sys.stderr)
+        return 1
+    except (SpecError, ValueError) as exc:
         print(f"fmpirun: error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # (while connecting to the relay: the ranks' own Ctrl-C is handled in local.py)
+        print("fmpirun: interrupted", file=sys.stderr)
+        return 130
 
 
 def _default_checkpoint_url(args: argparse.Namespace) -> str:
@@ -148,6 +109,11 @@ def _launch(args: argparse.Namespace) -> int:
         raise UsageError(f"-n must be at least 1 (got {args.n})")
     if args.fill_timeout <= 0:
         raise UsageError("--fill-timeout must be positive")
+    if args.relay:
+        try:
+            check_relay_url(args.relay)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     if args.backend != "local":
         if args.bind_to != "auto":
             raise UsageError("--bind-to works with the local backend only (a Lambda function has its own CPUs)")
@@ -167,25 +133,22 @@ def _launch(args: argparse.Namespace) -> int:
     relay = None
     if args.relay:
         relay_url = args.relay
-        check_relay_url(relay_url)
     else:
         relay_listen = args.relay_listen or "127.0.0.1:0"
-        host, _, port = relay_listen.rpartition(":")
         try:
-            relay = RelayThread(host or "127.0.0.1", int(port), heartbeat_timeout=transport.heartbeat_timeout)
-        except (OSError, ValueError) as exc:
-            raise UsageError(f"cannot start the relay on {relay_listen}: {exc}") from None
+            host, port = listen_address(relay_listen)
+            relay = RelayThread(host, port, heartbeat_timeout=transport.heartbeat_timeout)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        except OSError as exc:
+            raise UsageError(f"cannot start the relay on {relay_listen}: {exc.strerror or exc}") from None
         relay_url = "tcp://{}:{}".format(*relay.address)
 
-    def on_event(kind: str, body: dict) -> None:
-        if args.verbose and kind in ("joined", "world", "lost", "finished"):
-            log(f"{kind}: {body}")
-        elif args.verbose and kind == "link":
-            log(describe_event(body))
-
+    # The live line only for a local launch on a terminal: --print-join's ranks print elsewhere.
+    progress = Progress(args.n, args.verbose, live=not args.print_join and sys.stderr.isatty())
     job = Job(
-        relay_url, args.n, args.fill_timeout, on_output=_print_output, on_event=on_event, channel=args.channel or "",
-        embedded_relay=relay is not None,
+        relay_url, args.n, args.fill_timeout, on_output=_print_output, on_event=progress.on_event,
+        channel=args.channel or "", embedded_relay=relay is not None,
     )
     if args.verbose:
         log(f"job {job.id}: {args.n} ranks, relay {display_url(relay_url)}")
@@ -196,12 +159,15 @@ def _launch(args: argparse.Namespace) -> int:
             outcome_code = _serve_join(job, relay_url, args.command)  # (it runs on the joining hosts: as typed)
         else:
             bytecode.warm()
-            outcome = run_local(job, command, args.tag_output, args.bind_to)
+            outcome = run_local(job, command, args.tag_output, args.bind_to, on_start=progress.rank_started)
+            progress.stop()
             if outcome.message and outcome.code != relaunch.RESUME_EXIT:  # (the ranks said why themselves)
                 log(outcome.message)
             outcome_code = outcome.code
-        _report_links(job, args.verbose, outcome_code == 0)
+        if args.verbose:
+            _report_links(job, progress.links_shown, outcome_code == 0)
     finally:
+        progress.stop()
         if objects is not None:
             objects.end()
         job.end()
@@ -252,14 +218,15 @@ def _this_hosts_addresses() -> list[str]:
     return list(dict.fromkeys(a for a in found if not a.startswith("127.")))
 
 
-def _report_links(job: Job, verbose: bool, complete: bool) -> None:
-    """How many links were direct / punched / relayed, and how long set-up took."""
+def _report_links(job: Job, shown: set[tuple[int, int]], complete: bool) -> None:
+    """(-v) The links not shown as they formed, then how many were direct / punched / relayed and how long set-up took."""
     if complete:  # the ranks' FINISHED reports may trail their exits by a moment
         job.wait(lambda s: len(s.finished) + len(s.lost) >= job.size, 1.0)
     summary = job.state.links.summary()
     if summary:
-        for line in job.state.links.details() if verbose else ():
-            log(line)
+        for pair, entry in sorted(job.state.links.links.items()):
+            if pair not in shown or entry["failovers"]:  # (a pair that failed over: its final state too)
+                log(describe(pair, entry))
         log(summary)
 
 
@@ -278,7 +245,7 @@ def _serve_join(job: Job, relay_url: str, command: list[str] | None) -> int:
     state = job.state
     if state.failure is not None:
         log(str(state.failure))
-        return 1
+        return failure_status(state.failure)
     if state.abort is not None:
         log(str(state.abort))
         return state.abort.exit_code
@@ -296,7 +263,10 @@ def _join(args: argparse.Namespace) -> int:
     if not token:
         raise UsageError("set FMPI_TOKEN to the job's token (fmpirun --print-join shows it)")
     command = resolve_command(args.command)
-    spec = RankSpec(args.job, args.rank, args.size, args.join, token, fill_timeout=args.fill_timeout, channel=args.channel or "")
+    try:
+        spec = RankSpec(args.job, args.rank, args.size, args.join, token, fill_timeout=args.fill_timeout, channel=args.channel or "")
+    except SpecError as exc:
+        raise UsageError(str(exc)) from None
     env = dict(os.environ)
     env.update(spec.to_env())
     env["PYTHONPATH"] = os.pathsep.join(p for p in (SHIM_DIR, _fmpi_root(), env.get("PYTHONPATH", "")) if p)

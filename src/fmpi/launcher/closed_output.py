@@ -17,9 +17,12 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Callable
 from typing import BinaryIO, TextIO
 
 _stopping = False  # set just before fmpirun signals itself
+#: Called before each write of the ranks' output (progress.py wipes its live status line there).
+before_write: Callable[[], None] | None = None
 
 
 def arm() -> None:
@@ -35,6 +38,8 @@ def _own_stop_only(signum: int, frame: object) -> None:
 
 def write(sink: BinaryIO | TextIO, data: bytes | str) -> None:
     """Write and flush `data`; if the reader is gone, stop the job (see the module docstring)."""
+    if before_write is not None:
+        before_write()
     try:
         sink.write(data)  # type: ignore[arg-type]
         sink.flush()

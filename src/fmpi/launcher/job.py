@@ -243,5 +243,14 @@ def _apply(state: JobState, kind: str, body: dict) -> None:
             state.silent[body["rank"]] = float(body["silent"])
 
 
+#: fmpirun's exit status when its own deadline passed (the world did not fill), as timeout(1)'s.
+EXIT_TIMEOUT = 124
+
+
+def failure_status(failure: RelayError) -> int:
+    """The exit status for a job the relay failed: EXIT_TIMEOUT for a world that did not fill, else 1 (fmpi's own)."""
+    return EXIT_TIMEOUT if failure.code == "fill_timeout" else 1
+
+
 def log(message: str) -> None:
     print(f"fmpirun: {message}", file=sys.stderr, flush=True)

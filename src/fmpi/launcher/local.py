@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -25,7 +26,7 @@ from typing import BinaryIO
 from .. import settings
 from ..rank.shim_path import SHIM_DIR
 from . import closed_output
-from .job import Job
+from .job import Job, failure_status
 
 KILL_GRACE = 2.0  # seconds between asking ranks to stop and killing them
 _PR_SET_PDEATHSIG = 1
@@ -158,7 +159,10 @@ class OutputPump:
             closed_output.write(sink, lines)
 
 
-def run_local(job: Job, command: list[str], tag_output: bool, bind: str = "auto") -> Outcome:
+def run_local(
+    job: Job, command: list[str], tag_output: bool, bind: str = "auto", on_start: Callable[[], None] | None = None
+) -> Outcome:
+    """Run the job's ranks here until they end (`on_start`: called as each rank process starts)."""
     pump = OutputPump(tag_output)
     procs: list[subprocess.Popen] = []
     base = dict(os.environ)
@@ -177,6 +181,8 @@ def run_local(job: Job, command: list[str], tag_output: bool, bind: str = "auto"
             procs.append(proc)
             pump.add(rank, proc.stdout, sys.stdout.buffer)
             pump.add(rank, proc.stderr, sys.stderr.buffer)
+            if on_start is not None:
+                on_start()
     except OSError as exc:
         _kill(procs)
         return Outcome(127, f"cannot start {command[0]!r}: {exc.strerror or exc}")
@@ -229,7 +235,7 @@ def _supervise(job: Job, procs: list[subprocess.Popen]) -> Outcome:
                     kill_at = time.monotonic() + KILL_GRACE
             state = job.state
             if failure is None and state.failure is not None:
-                failure = Outcome(1, str(state.failure))
+                failure = Outcome(failure_status(state.failure), str(state.failure))
                 kill_at = time.monotonic()
             if failure is None and state.abort is not None:
                 failure = Outcome(state.abort.exit_code, str(state.abort))
@@ -259,7 +265,7 @@ def _supervise(job: Job, procs: list[subprocess.Popen]) -> Outcome:
         if abort is not None:
             failure = Outcome(abort.exit_code, str(abort))
         elif job.state.failure is not None:
-            failure = Outcome(1, str(job.state.failure))
+            failure = Outcome(failure_status(job.state.failure), str(job.state.failure))
         else:
             failure.message = _describe_exit(failed_rank, exited[failed_rank])
     if failure is not None:

@@ -43,6 +43,10 @@ def check_relay_url(url: str) -> None:
             " (several fmpi-relays: tcp://a:7000,b:7000)"
         )
     else:
+        for part in url.split("://", 1)[1].split(","):  # (urllib's own words for a bad port name no URL)
+            _, colon, port = part.partition("/")[0].rpartition(":")
+            if colon and port and not (port.isdigit() and 0 < int(port) <= 65535):
+                raise ValueError(f"relay URL {url!r}: the port must be a number 1-65535, not {port!r}")
         parse_relay_url(url)
 
 

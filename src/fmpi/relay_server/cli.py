@@ -40,6 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tls-key", metavar="PEM", help="the certificate's private key (PEM; default: in the --tls-cert file)")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     args = p.parse_args(argv)
+    if not 0 <= args.port <= 65535:
+        p.error(f"--port must be 0-65535 (0: any free port), not {args.port}")
+    if not -1 <= args.probe_port <= 65535:
+        p.error(f"--probe-port must be 0-65535 (0: any free port; -1: none), not {args.probe_port}")
     if not args.heartbeat_timeout > 0:
         p.error("--heartbeat-timeout must be positive")
     if args.tls_key and not args.tls_cert:

@@ -6,11 +6,17 @@ tag (``CLUSTER SLOTS``) and connects a plain client to that node instead, so
 every code path (scripts, pipelines, BLPOPs, the rank's bound connection)
 stays the one used with a single server. A slot that migrates while the job
 runs is not followed: the MOVED reply becomes a clear error (``explain``).
+
+Deadlines: every connection's set-up (TCP connect, TLS handshake, AUTH/SELECT
+and a PING) must finish within the connect timeout, so a server that accepts
+and never answers, or a plain Redis behind rediss://, is one error, not a
+hang; after set-up the connection waits without limit (BLPOP 0 blocks).
 """
 
 from __future__ import annotations
 
 import socket
+import time
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -86,6 +92,87 @@ def _bound_connection_class(source: tuple[str, int], tls: bool = False):
                 raise
 
     return BoundSSLConnection
+
+
+def _deadline_class(base: type) -> type:
+    """`base` (a redis-py Connection class) whose set-up ends within socket_connect_timeout, on every path.
+
+    Set-up is the TCP connect, the TLS handshake, redis-py's AUTH/SELECT/HELLO
+    and a PING (a server that accepted but is not Redis answers nothing, or
+    not that). Why not redis-py's socket_timeout: it also bounds every later
+    read, and the rendezvous BLPOPs without limit; here the socket's own
+    timeout bounds the set-up, then goes back to socket_timeout (None). A first
+    connect is not retried (each retry would start the wait over); a reconnect
+    inside a command keeps redis-py's retries, each attempt bounded.
+    """
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    class DeadlineConnection(base):  # type: ignore[misc, valid-type]
+        _deadline: float | None = None
+
+        def connect(self) -> None:
+            retry, self.retry = self.retry, Retry(NoBackoff(), 0)
+            try:
+                super().connect()
+            finally:
+                self.retry = retry
+
+        def _connect(self) -> socket.socket:
+            limit = self.socket_connect_timeout
+            self._deadline = None if limit is None else time.monotonic() + limit
+            # (Connection._connect leaves the socket at socket_timeout: for now the limit, so the TLS handshake
+            # and the set-up's replies wait no longer; the parser, made after this, keeps the steady value.)
+            steady, self.socket_timeout = self.socket_timeout, limit
+            try:
+                return super()._connect()
+            finally:
+                self.socket_timeout = steady
+
+        def _bounded(self, set_up: Any) -> None:
+            self._sock.settimeout(self._left())
+            set_up()
+            self._sock.settimeout(self._left())
+            self.send_command("PING")
+            self.read_response()
+            self._sock.settimeout(self.socket_timeout)
+            self._deadline = None
+
+        def _left(self) -> float | None:
+            if self._deadline is None:
+                return self.socket_connect_timeout
+            return max(0.001, self._deadline - time.monotonic())
+
+        if hasattr(base, "on_connect_check_health"):  # redis-py >= 6 connects through it, on_connect calls it
+
+            def on_connect_check_health(self, check_health: bool = True) -> None:
+                self._bounded(lambda: super(DeadlineConnection, self).on_connect_check_health(check_health))
+
+        else:
+
+            def on_connect(self) -> None:
+                self._bounded(super().on_connect)
+
+    DeadlineConnection.__name__ = f"Deadline{base.__name__}"
+    return DeadlineConnection
+
+
+def _scheme_hint(url: str, exc: BaseException) -> str:
+    """Why a connection that reached a server may still fail: the usual one is the wrong scheme."""
+    import redis
+
+    text = str(exc)
+    if urlsplit(url).scheme == "rediss":
+        if isinstance(exc, redis.TimeoutError) or "SSL" in text or "EOF" in text:
+            return "; rediss:// speaks TLS: if this is a plain Redis, use redis://"
+        return ""
+    if "Protocol error" in text:
+        return "; it does not speak the Redis protocol (an fmpi-relay is tcp://host:port)"
+    if isinstance(exc, redis.TimeoutError):
+        return "; is it a Redis server? (an fmpi-relay is tcp://host:port)"
+    if "closed by server" in text or "reset by peer" in text:
+        return "; if this Redis requires TLS, use rediss://"
+    return ""
 
 
 _job_nodes: dict[tuple[str, str], str] = {}  # (url, job) -> URL of the node serving the job (url itself off a cluster)
@@ -182,7 +269,9 @@ def _connect(url: str, timeout: float, source: tuple[str, int] | None):
     extra: dict[str, Any] = {}
     tls = urlsplit(url).scheme == "rediss"
     if source is not None:
-        extra["connection_class"] = _bound_connection_class(source, tls)
+        extra["connection_class"] = _deadline_class(_bound_connection_class(source, tls))
+    else:
+        extra["connection_class"] = _deadline_class(redis.SSLConnection if tls else redis.Connection)
     ca = settings.tls_ca()
     if tls and ca and "ssl_ca_certs=" not in url:
         extra["ssl_ca_certs"] = ca
@@ -197,9 +286,12 @@ def _connect(url: str, timeout: float, source: tuple[str, int] | None):
                 f"Redis at {safe_url(url)} is a Redis Cluster, which has only db 0: use {urlsplit(safe_url(url))._replace(path='/0').geturl()}",
                 "bad_url",
             ) from None
-        hint = ""
         if tls and "CERTIFICATE_VERIFY_FAILED" in str(exc):
             hint = "; its TLS certificate is not trusted: for a private CA set FMPI_TLS_CA=/path/to/ca.pem"
+        else:
+            hint = _scheme_hint(url, exc)
+        if isinstance(exc, redis.TimeoutError):
+            raise RelayError(f"Redis at {safe_url(url)} did not answer within {timeout:g} s{hint}", "unreachable") from None
         raise RelayError(f"cannot reach Redis at {safe_url(url)}: {exc}{hint}", "unreachable") from None
     return client
 
