@@ -91,7 +91,7 @@ def test_ranks_on_fmpi_lambda_local_punch_their_links(tmp_path):
         assert "no inbound connections" in banner.split("not enforced here")[0], banner
         role = re.search(r"--role (\S+)", banner).group(1)
         env = aws_env(endpoint, tmp_path / "cache")
-        run = subprocess.run([FMPIRUN, "--backend", "lambda", "-n", "4", "--role", role,
+        run = subprocess.run([FMPIRUN, "--backend", "lambda", "-n", "4", "-v", "--role", role,
                               "--relay-listen", f"{HOST_IP}:0", "--timeout", "90", "--fill-timeout", "60",
                               "python", str(PROGRAMS / "ring_collectives.py"), "lab"],
                              env=env, capture_output=True, text=True, timeout=240, check=False)
