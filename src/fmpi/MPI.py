@@ -18,6 +18,12 @@ from .api.datatypes import Datatype
 from .api.exceptions import *  # noqa: F401,F403 - error classes
 from .api.exceptions import Exception, Get_error_class, Get_error_string  # noqa: A004
 from .api.group import GROUP_EMPTY, GROUP_NULL, Group
+from .api.info import INFO_ENV, INFO_NULL, MAX_INFO_KEY, MAX_INFO_VAL, Info
+from .api.memory import Alloc_mem, Free_mem, buffer, memory
+from .api.pickler import Pickle, pickle
+from .api.message import MESSAGE_NO_PROC, MESSAGE_NULL, Message
+from .api.intercomm import Intercomm
+from .api.mpi4py_internals import _comm_lock, _commctx_inter, _commctx_intra  # noqa: F401 - for mpi4py.util.pkl5
 from .api.topology import CART, DIST_GRAPH, GRAPH, Cartcomm
 from .api.topology import compute_dims as Compute_dims
 from .api.intracomm import COMM_TYPE_HW_GUIDED, COMM_TYPE_HW_UNGUIDED, COMM_TYPE_RESOURCE_GUIDED, Intracomm
@@ -78,7 +84,21 @@ def Get_processor_name() -> str:
 
 
 def Get_version() -> tuple[int, int]:
-    return (3, 1)
+    return (VERSION, SUBVERSION)
+
+
+def get_vendor() -> tuple[str, tuple[int, int, int]]:
+    """("fmpi", its version): what mpi4py reports for the MPI library underneath."""
+    from . import __version__
+
+    numbers = [int(part) for part in __version__.split("+")[0].split(".")[:3] if part.isdigit()]
+    return "fmpi", tuple((numbers + [0, 0, 0])[:3])
+
+
+def Pcontrol(level: int) -> None:
+    """Profiling control: fmpi has no profiling layer, so any level is accepted and ignored (as MPI allows)."""
+    if not isinstance(level, int):
+        raise TypeError(f"Pcontrol level must be an int, not {type(level).__name__}")
 
 
 def Get_library_version() -> str:

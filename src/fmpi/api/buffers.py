@@ -4,7 +4,7 @@ Accepted forms (as in mpi4py): ``buf``, ``[buf, datatype]``,
 ``[buf, count, datatype]``, ``[buf, (count, displ), datatype]`` and
 ``[buf, count, displ, datatype]``, where ``buf`` is a numpy array or any
 object with the buffer protocol (bytearray, bytes for sending, mmap,
-memoryview, array.array). Counts and displacements are in elements of the
+memoryview, array.array), or None for an empty message. Counts and displacements are in elements of the
 datatype. Nothing is copied: the result is a view on the user's memory.
 """
 
@@ -36,6 +36,8 @@ class Message:
 
 def byte_view(obj: Any, writable: bool) -> tuple[memoryview, Datatype]:
     """A flat byte view of `obj` and the datatype its element type implies."""
+    if obj is None:  # mpi4py: None (or [None, datatype]) is an empty message, in either direction
+        return memoryview(bytearray()), DATATYPES["BYTE"]
     if isinstance(obj, np.ndarray):
         if not obj.flags.c_contiguous:
             raise err.UnusableBuffer("buffer is not C-contiguous; pass np.ascontiguousarray(buf)")

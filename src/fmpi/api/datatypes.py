@@ -52,6 +52,25 @@ class Datatype:
     def Free(self) -> None:
         pass
 
+    @classmethod
+    def fromcode(cls, code: str) -> "Datatype":
+        """The datatype of a buffer typecode ("i", "d", "f8", "c16", "B", ...), as mpi4py's."""
+        found = from_typechar(code) if isinstance(code, str) else None
+        if found is None:
+            try:
+                dtype = np.dtype(code)
+            except TypeError:
+                raise ValueError(f"cannot map typecode {code!r} to an MPI datatype") from None
+            found = from_typechar(dtype.char)
+            if found is None or found.dtype != dtype:
+                raise ValueError(f"cannot map typecode {code!r} to an MPI datatype")
+        return found
+
+    def tocode(self) -> str:
+        if self.dtype is None or self.dtype.fields is not None:
+            raise ValueError(f"{self.name} has no typecode")
+        return self.dtype.char
+
     @property
     def typechar(self) -> str:
         return "" if self.dtype is None else self.dtype.char
