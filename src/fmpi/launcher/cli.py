@@ -55,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--relay", metavar="URL", help="use this relay instead of starting one in fmpirun: tcp://host:port (fmpi-relay; tcp://a:7000,b:7000 shards server-side collectives over several) or redis://[:password@]host:port/db")
     p.add_argument("--channel", choices=["auto", "direct", "punch", "relay"], help="how links between ranks are made (sets FMPI_CHANNEL; default auto: direct or punched where possible, relayed where not)")
     p.add_argument("--relay-listen", metavar="HOST:PORT", help="address of the relay fmpirun starts (default 127.0.0.1:0; for Lambda: 0.0.0.0:PORT with --relay-advertise)")
+    p.add_argument("--stdin", metavar="RANK|all|none", help="local backend: which rank reads fmpirun's standard input (default 0, as with mpiexec; the others get /dev/null)")
     p.add_argument("--tag-output", action="store_true", help="prefix every output line with [rank]")
     p.add_argument("--bind-to", choices=BIND_CHOICES, default="auto", help="local backend: bind each rank to one core (auto, the default: when the ranks outnumber the cores, the same number on each)")
     p.add_argument("--fill-timeout", type=float, default=DEFAULT_FILL_TIMEOUT, metavar="S", help="seconds for all ranks to join (default %(default)g)")
@@ -144,8 +145,8 @@ def _launch(args: argparse.Namespace) -> int:
     if args.backend != "local":
         if args.bind_to != "auto":
             raise UsageError("--bind-to works with the local backend only (a Lambda function has its own CPUs)")
-        if args.print_join:
-            raise UsageError("--print-join works with the local backend only")
+        if args.print_join or args.stdin not in (None, "none"):
+            raise UsageError(f"{'--print-join' if args.print_join else '--stdin'} works with the local backend only (a Lambda function has no standard input)")
         from .lambda_backend.launch import run as run_lambda
 
         return run_lambda(args)
@@ -189,7 +190,7 @@ def _launch(args: argparse.Namespace) -> int:
             outcome_code = _serve_join(job, relay_url, args.command)  # (it runs on the joining hosts: as typed)
         else:
             bytecode.warm()
-            outcome = run_local(job, command, args.tag_output, args.bind_to)
+            outcome = run_local(job, command, args.tag_output, args.bind_to, args.stdin)
             if outcome.message:
                 log(outcome.message)
             outcome_code = outcome.code
