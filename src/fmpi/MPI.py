@@ -28,6 +28,7 @@ from .api.topology import CART, DIST_GRAPH, GRAPH, Cartcomm
 from .api.topology import compute_dims as Compute_dims
 from .api.intracomm import COMM_TYPE_HW_GUIDED, COMM_TYPE_HW_UNGUIDED, COMM_TYPE_RESOURCE_GUIDED, Intracomm
 from .api.op import BAND, BOR, BXOR, LAND, LOR, LXOR, MAX, MAXLOC, MIN, MINLOC, NO_OP, OP_NULL, PROD, REPLACE, SUM, Op
+from .api.persistent import Prequest
 from .api.request import REQUEST_NULL, Request
 from .api.status import Status
 

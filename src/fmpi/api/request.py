@@ -94,6 +94,9 @@ class Request:
             status._set(source, tag, nbytes)
         return True
 
+    def get_status(self, status: Status | None = None) -> bool:
+        return self.Get_status(status)
+
     def Cancel(self) -> None:
         if self._op is not None and self._engine is not None:
             self._engine.cancel(self._op)
@@ -109,6 +112,14 @@ class Request:
     def __bool__(self) -> bool:
         """False for a null request (MPI_REQUEST_NULL), like mpi4py."""
         return not self._settled
+
+    def __eq__(self, other: object) -> bool:
+        """Handles compare as in mpi4py: the same request, or both null (REQUEST_NULL)."""
+        if not isinstance(other, Request):
+            return NotImplemented
+        return other is self or (not self and not other)
+
+    __hash__ = object.__hash__
 
     def _wait_op(self) -> None:
         if self._op is not None and not self._op.done:
@@ -146,7 +157,7 @@ class Request:
 
     @classmethod
     def waitany(cls, requests: Sequence["Request"], status: Status | None = None) -> tuple[int, Any]:
-        active = [(i, r) for i, r in enumerate(requests) if r]
+        active = [(i, r) for i, r in enumerate(requests) if not r._settled]  # (an inactive persistent request is not)
         if not active:
             return UNDEFINED, None
         ready = [i for i, r in active if r._done()]
@@ -162,10 +173,25 @@ class Request:
         index, _ = cls.waitany(requests)
         if index == UNDEFINED:
             return None
-        done = [index] + [i for i, r in enumerate(requests) if r and r._done()]
+        done = [index] + [i for i, r in enumerate(requests) if i != index and not r._settled and r._done()]
         for i in done[1:]:
             requests[i]._settle(None)
         return done
+
+    @classmethod
+    def waitsome(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> tuple[list[int] | None, list[Any] | None]:
+        index, value = cls.waitany(requests)
+        if index == UNDEFINED:
+            return None, None
+        done = [index] + [i for i, r in enumerate(requests) if i != index and not r._settled and r._done()]
+        return done, [value] + [requests[i]._settle(None) for i in done[1:]]
+
+    @classmethod
+    def testsome(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> tuple[list[int] | None, list[Any] | None]:
+        if all(r._settled for r in requests):
+            return None, None
+        done = [i for i, r in enumerate(requests) if not r._settled and r._done()]
+        return done, [requests[i]._settle(None) for i in done]
 
     @classmethod
     def Testall(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> bool:
@@ -184,7 +210,7 @@ class Request:
 
     @classmethod
     def testany(cls, requests: Sequence["Request"], status: Status | None = None) -> tuple[int, bool, Any]:
-        active = [(i, r) for i, r in enumerate(requests) if r]
+        active = [(i, r) for i, r in enumerate(requests) if not r._settled]  # (an inactive persistent request is not)
         if not active:
             return UNDEFINED, True, None
         for i, r in active:
@@ -194,9 +220,9 @@ class Request:
 
     @classmethod
     def Testsome(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> list[int] | None:
-        if not any(requests):
+        if all(r._settled for r in requests):
             return None
-        done = [i for i, r in enumerate(requests) if r and r._done()]
+        done = [i for i, r in enumerate(requests) if not r._settled and r._done()]
         for i in done:
             requests[i]._settle(None)
         return done
