@@ -334,8 +334,10 @@ class Comm(PersistentP2P):
         recvtag: int = ANY_TAG,
         status: Status | None = None,
     ) -> None:
-        recv = self._start_recv(message(recvbuf, True).view, source, recvtag, False)
-        send = self._start_send([message(sendbuf, False).view], dest, sendtag, False)
+        # Both specs first: a bad send buffer must not leave a receive posted behind it.
+        recv_view, send_view = message(recvbuf, True).view, message(sendbuf, False).view
+        recv = self._start_recv(recv_view, source, recvtag, False)
+        send = self._start_send([send_view], dest, sendtag, False)
         self._complete(recv, status)
         self._complete(send, None)
 
