@@ -19,7 +19,7 @@ from .api.exceptions import *  # noqa: F401,F403 - error classes
 from .api.exceptions import Exception, Get_error_class, Get_error_string  # noqa: A004
 from .api.group import GROUP_EMPTY, GROUP_NULL, Group
 from .api.info import INFO_ENV, INFO_NULL, MAX_INFO_KEY, MAX_INFO_VAL, Info
-from .api.memory import Alloc_mem, Free_mem, buffer, memory
+from .api.memory import BSEND_OVERHEAD, Alloc_mem, Attach_buffer, Detach_buffer, Flush_buffer, Free_mem, buffer, memory
 from .api.pickler import Pickle, pickle
 from .api.message import MESSAGE_NO_PROC, MESSAGE_NULL, Message
 from .api.intercomm import Intercomm

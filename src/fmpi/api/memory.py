@@ -11,7 +11,7 @@ from __future__ import annotations
 from . import exceptions as err
 
 
-class buffer(bytearray):  # noqa: N801 - mpi4py's name
+class buffer(bytearray):
     @staticmethod
     def allocate(nbytes: int, clear: bool = False) -> buffer:
         """`nbytes` bytes (always zeroed: a bytearray cannot be left uninitialized)."""
@@ -49,3 +49,24 @@ def Free_mem(mem: buffer) -> None:
     """Memory from Alloc_mem is garbage-collected; this only checks that it came from there."""
     if not isinstance(mem, buffer):
         raise err.Exception(err.ERR_ARG, "Free_mem: not memory from Alloc_mem")
+
+
+# Attached send buffers. fmpi's buffered sends need none (a send never waits for its receiver
+# to post a receive unless it is synchronous), so a buffer is only held for Detach_buffer to give back.
+BSEND_OVERHEAD = 96  # MPICH's value, which programs add to the size they attach
+_attached: list[object] = []
+
+
+def Attach_buffer(buf: object) -> None:
+    if memoryview(buf).readonly:
+        raise BufferError("Attach_buffer: the buffer is read-only")
+    _attached[:] = [buf]
+
+
+def Detach_buffer() -> object:
+    """The buffer attached last (it was never used: see above); an empty one if none is."""
+    return _attached.pop() if _attached else buffer(0)
+
+
+def Flush_buffer() -> None:
+    """Nothing is ever pending in an attached buffer."""

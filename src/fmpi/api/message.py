@@ -28,9 +28,12 @@ if TYPE_CHECKING:
 class Message:
     """A message taken by a matched probe, waiting to be received."""
 
-    __slots__ = ("_name", "_payload", "_source", "_tag")
+    __slots__ = ("_handle", "_name", "_payload", "_source", "_tag")
 
     def __init__(self, payload: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG, name: str = "") -> None:
+        self._handle: object = self
+        if isinstance(payload, Message):  # MPI.Message(msg): a handle on the same message
+            payload, source, tag, self._handle = payload._payload, payload._source, payload._tag, payload._handle
         self._payload = payload
         self._source = source
         self._tag = tag
@@ -38,6 +41,22 @@ class Message:
 
     def __bool__(self) -> bool:
         return self._payload is not None
+
+    def __eq__(self, other: object) -> bool:
+        """As mpi4py's handles: the same message, or both null (MESSAGE_NULL, or received)."""
+        if not isinstance(other, Message):
+            return NotImplemented
+        if other._handle is self._handle or (not self and not other):
+            return True
+        return bool(self) and bool(other) and self._source == other._source == PROC_NULL  # both MESSAGE_NO_PROC
+
+    __hash__ = object.__hash__
+
+    def free(self) -> None:
+        """Drop the message unreceived (mpi4py's ``Message.free``): the handle becomes MESSAGE_NULL."""
+        if self._name:
+            raise err.Exception(err.ERR_REQUEST, f"cannot free the predefined {self._name}")
+        self._payload = None
 
     def __reduce__(self) -> str:
         if self._name:
@@ -68,7 +87,7 @@ class Message:
     def Irecv(self, buf: Any) -> Request:
         status = Status()
         self.Recv(buf, status)
-        return Request.completed(None, status.Get_source(), status.Get_tag())
+        return Request.completed(None, status.Get_source(), status.Get_tag(), status.Get_count())
 
     # ------------------------------------------------------------ objects
     def recv(self, status: Status | None = None) -> Any:
@@ -78,7 +97,7 @@ class Message:
     def irecv(self) -> Request:
         status = Status()
         value = self.recv(status)
-        return Request.completed(value, status.Get_source(), status.Get_tag())
+        return Request.completed(value, status.Get_source(), status.Get_tag(), status.Get_count())
 
     # ------------------------------------------------------- probes (classmethods, as mpi4py)
     @classmethod
@@ -103,7 +122,7 @@ def mprobe(comm: Comm, source: int, tag: int, status: Status | None, blocking: b
     if source == PROC_NULL:
         if status is not None:
             status._set(PROC_NULL, ANY_TAG, 0)
-        return MESSAGE_NO_PROC
+        return Message(b"", PROC_NULL, ANY_TAG)  # (a handle of its own: receiving it makes it MESSAGE_NULL)
     world, tag = comm._source(source), comm._recv_tag(tag)
     engine = comm._engine
     try:

@@ -31,7 +31,11 @@ def raise_mpi(exc: TransportError) -> None:
 class Request:
     __slots__ = ("_engine", "_op", "_finish", "_result", "_settled")
 
-    def __init__(self, engine: Engine | None = None, op: Op | None = None, finish: Finish = _no_result) -> None:
+    def __init__(self, engine: "Engine | Request | None" = None, op: Op | None = None, finish: Finish = _no_result) -> None:
+        if isinstance(engine, Request):  # MPI.Request(req): another handle on the same operation
+            for slot in Request.__slots__:
+                setattr(self, slot, getattr(engine, slot))
+            return
         self._engine = engine
         self._op = op
         self._finish = finish
@@ -39,10 +43,10 @@ class Request:
         self._settled = op is None
 
     @classmethod
-    def completed(cls, value: Any = None, source: int = PROC_NULL, tag: int = ANY_TAG) -> "Request":
+    def completed(cls, value: Any = None, source: int = PROC_NULL, tag: int = ANY_TAG, nbytes: int = 0) -> "Request":
         """A request that is already done (operations with PROC_NULL, for instance)."""
         req = cls()
-        req._result = (value, source, tag, 0)
+        req._result = (value, source, tag, nbytes)
         req._settled = False
         return req
 
@@ -97,6 +101,22 @@ class Request:
     def get_status(self, status: Status | None = None) -> bool:
         return self.Get_status(status)
 
+
+    @classmethod
+    def Get_status_all(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> bool:
+        """MPI 4.1's; fmpi reports MPI 3.1 and, as mpi4py over such a library, raises NotImplementedError."""
+        raise NotImplementedError("MPI_Request_get_status_all (MPI 4.1)")
+
+    @classmethod
+    def Get_status_any(cls, requests: Sequence["Request"], status: Status | None = None) -> tuple[int, bool]:
+        raise NotImplementedError("MPI_Request_get_status_any (MPI 4.1)")
+
+    @classmethod
+    def Get_status_some(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> list[int] | None:
+        raise NotImplementedError("MPI_Request_get_status_some (MPI 4.1)")
+
+    get_status_all, get_status_any, get_status_some = Get_status_all, Get_status_any, Get_status_some
+
     def Cancel(self) -> None:
         if self._op is not None and self._engine is not None:
             self._engine.cancel(self._op)
@@ -117,7 +137,7 @@ class Request:
         """Handles compare as in mpi4py: the same request, or both null (REQUEST_NULL)."""
         if not isinstance(other, Request):
             return NotImplemented
-        return other is self or (not self and not other)
+        return other is self or (not self and not other) or (self._op is not None and other._op is self._op)
 
     __hash__ = object.__hash__
 
@@ -146,10 +166,10 @@ class Request:
                 engine.wait_all([r._op for r in requests if r._op is not None])
             except TransportError:
                 pass
-        if statuses is not None:
-            while len(statuses) < len(requests):
-                statuses.append(Status())
-        return [r._settle(statuses[i] if statuses is not None else None) for i, r in enumerate(requests)]
+        if isinstance(statuses, list):
+            statuses.extend(Status() for _ in range(len(requests) - len(statuses)))
+        given = len(statuses) if statuses is not None else 0
+        return [r._settle(statuses[i] if i < given else None) for i, r in enumerate(requests)]
 
     @classmethod
     def Waitany(cls, requests: Sequence["Request"], status: Status | None = None) -> int:
