@@ -23,6 +23,7 @@ from .api.memory import BSEND_OVERHEAD, Alloc_mem, Attach_buffer, Detach_buffer,
 from .api.pickler import Pickle, pickle
 from .api.message import MESSAGE_NO_PROC, MESSAGE_NULL, Message
 from .api.intercomm import Intercomm
+from .api.absent import FILE_NULL, SESSION_NULL, WIN_NULL, Distgraphcomm, File, Graphcomm, Session, Topocomm, Win
 from .api.mpi4py_internals import _comm_lock, _commctx_inter, _commctx_intra  # noqa: F401 - for mpi4py.util.pkl5
 from .api.topology import CART, DIST_GRAPH, GRAPH, Cartcomm
 from .api.topology import compute_dims as Compute_dims

@@ -49,6 +49,8 @@ out.append(("alloc", len(mem)))
 MPI.Free_mem(mem)
 out.append(("fromcode", [MPI.Datatype.fromcode(c).Get_size() for c in ("i", "d", "f", "b", "q")],
             MPI.Datatype.fromcode("d") == MPI.DOUBLE))
+out.append(("aliases", MPI.SINT32_T == MPI.INT32_T, MPI.SIGNED_LONG == MPI.LONG, MPI.FLOAT16_T.Get_size(),
+            MPI.COMPLEX16.Get_size(), MPI.LOGICAL1 == MPI.DATATYPE_NULL))
 
 # None is an empty message, in p2p and collectives.
 comm.Sendrecv([None, MPI.INT], (rank + 1) % size, recvbuf=[None, MPI.INT], source=(rank - 1) % size)
@@ -91,7 +93,7 @@ def test_names_behave_as_under_mpich(program, fmpi, mpich):
     ref = mpich(3, path)
     assert ref.returncode == 0, ref.stderr[-3000:]
     assert mine.sorted_lines() == ref.sorted_lines()
-    assert len(mine.lines()) == 3 * 15
+    assert len(mine.lines()) == 3 * 16
 
 
 def test_vendor_is_fmpi(program, fmpi):
