@@ -4,7 +4,7 @@ Accepted forms (as in mpi4py): ``buf``, ``[buf, datatype]``,
 ``[buf, count, datatype]``, ``[buf, (count, displ), datatype]`` and
 ``[buf, count, displ, datatype]``, where ``buf`` is a numpy array or any
 object with the buffer protocol (bytearray, bytes for sending, mmap,
-memoryview, array.array). Counts and displacements are in elements of the
+memoryview, array.array), or None for an empty message. Counts and displacements are in elements of the
 datatype. Nothing is copied: the result is a view on the user's memory.
 """
 
@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from . import dlpack
 from . import exceptions as err
 from .datatypes import DATATYPES, Datatype, from_dtype, from_typechar
 
@@ -36,6 +37,8 @@ class Message:
 
 def byte_view(obj: Any, writable: bool) -> tuple[memoryview, Datatype]:
     """A flat byte view of `obj` and the datatype its element type implies."""
+    if obj is None:  # mpi4py: None (or [None, datatype]) is an empty message, in either direction
+        return memoryview(bytearray()), DATATYPES["BYTE"]
     if isinstance(obj, np.ndarray):
         if not obj.flags.c_contiguous:
             raise err.UnusableBuffer("buffer is not C-contiguous; pass np.ascontiguousarray(buf)")
@@ -46,9 +49,19 @@ def byte_view(obj: Any, writable: bool) -> tuple[memoryview, Datatype]:
     try:
         view = memoryview(obj)
     except TypeError:
-        raise err.Exception(
-            err.ERR_BUFFER, f"{type(obj).__name__} is not a buffer (use a numpy array, bytearray, memoryview or mmap)"
-        ) from None
+        if hasattr(obj, "__dlpack__"):
+            view, dtype = dlpack.host_view(obj)
+            return view, from_dtype(dtype)
+        array = _foreign_array(obj)
+        if array is None:
+            raise err.Exception(
+                err.ERR_BUFFER, f"{type(obj).__name__} is not a buffer (use a numpy array, bytearray, memoryview or mmap)"
+            ) from None
+        if not array.flags.c_contiguous:
+            raise err.UnusableBuffer("buffer is not C-contiguous")
+        if writable and not array.flags.writeable:
+            raise err.UnusableBuffer(f"receive buffer ({type(obj).__name__}) is read-only")
+        return memoryview(array.reshape(-1).view(np.uint8)), from_dtype(array.dtype)
     if not view.c_contiguous:
         raise err.UnusableBuffer("buffer is not C-contiguous")
     if writable and view.readonly:
@@ -57,6 +70,16 @@ def byte_view(obj: Any, writable: bool) -> tuple[memoryview, Datatype]:
     if view.format != "B" or view.ndim != 1:
         view = view.cast("B")
     return view, datatype
+
+
+def _foreign_array(obj: Any) -> np.ndarray | None:
+    """A numpy view of host memory that `obj` exports through an array interface (mpi4py takes
+    those too; a ``__cuda_array_interface__`` with a host pointer, as test suites use, has the same
+    layout as numpy's), or None if it exports none."""
+    iface = getattr(obj, "__cuda_array_interface__", None) or getattr(obj, "__array_interface__", None)
+    if isinstance(iface, dict):
+        return np.asarray(type("ArrayInterface", (), {"__array_interface__": {**iface, "version": 3}})())
+    return None
 
 
 def message_view(spec: Any, writable: bool) -> memoryview:

@@ -36,8 +36,8 @@ def _copy(obj: Any) -> Any:
 
 
 def _items(sendobj: Any, size: int) -> Sequence[Any]:
-    if sendobj is None:
-        raise TypeError("expecting a sequence, got None")
+    if sendobj is None:  # as mpi4py: None stands for a None for every rank
+        return [None] * size
     items = list(sendobj)
     if len(items) != size:
         raise ValueError(f"expecting {size} items, got {len(items)}")

@@ -20,7 +20,9 @@ from ..transport.requests import Op, RecvOp, TransportError
 from ..wire import pickle_oob as serialize
 from . import exceptions as err
 from .buffers import message, message_view
+from .message import Message, mprobe
 from .constants import ANY_SOURCE, ANY_TAG, IDENT, PROC_NULL, TAG_UB, UNEQUAL
+from .persistent import PersistentP2P
 from .request import Request, raise_mpi
 from .status import Status
 
@@ -44,8 +46,19 @@ ERRORS_ABORT = Errhandler("ERRORS_ABORT")
 ERRHANDLER_NULL = Errhandler("ERRHANDLER_NULL")
 
 
-class Comm:
-    def __init__(self, engine: Engine | None, group: tuple[int, ...], context: int, name: str = "") -> None:
+class Comm(PersistentP2P):
+    def __new__(cls, comm: "Comm | None" = None, *args: Any, **kwargs: Any) -> "Comm":
+        """``MPI.Intracomm(comm)`` (and subclasses such as mpi4py.util.pkl5's): another Python
+        handle on the same communicator. It shares the instance dict, so both see one state
+        (the collective call counter above all), as two mpi4py handles share one MPI_Comm."""
+        obj = super().__new__(cls)
+        if isinstance(comm, Comm):
+            obj.__dict__ = comm.__dict__
+        return obj
+
+    def __init__(self, engine: "Engine | Comm | None", group: tuple[int, ...] = (), context: int = 0, name: str = "") -> None:
+        if isinstance(engine, Comm):
+            return  # a handle on an existing communicator: __new__ did it all
         self._engine = engine
         self._group = group
         self._index = {w: i for i, w in enumerate(group)}
@@ -103,6 +116,16 @@ class Comm:
 
     def Set_errhandler(self, errhandler: Errhandler) -> None:
         self._errhandler = errhandler
+
+    def Get_attr(self, keyval: int) -> int | None:
+        """The predefined attributes (TAG_UB, APPNUM, UNIVERSE_SIZE, ...); None for any other keyval,
+        as for an attribute that is not set (fmpi has no user attribute caching)."""
+        from . import constants as c
+        from .exceptions import ERR_LASTCODE
+
+        values = {TAG_UB: TAG_UB, c.APPNUM: 0, c.UNIVERSE_SIZE: self._engine.size if self._engine else 1,
+                  c.WTIME_IS_GLOBAL: 0, c.IO: ANY_SOURCE, c.LASTUSEDCODE: ERR_LASTCODE}
+        return values.get(keyval)
 
     def Compare(self, other: "Comm") -> int:
         if other is self:
@@ -311,8 +334,10 @@ class Comm:
         recvtag: int = ANY_TAG,
         status: Status | None = None,
     ) -> None:
-        recv = self._start_recv(message(recvbuf, True).view, source, recvtag, False)
-        send = self._start_send([message(sendbuf, False).view], dest, sendtag, False)
+        # Both specs first: a bad send buffer must not leave a receive posted behind it.
+        recv_view, send_view = message(recvbuf, True).view, message(sendbuf, False).view
+        recv = self._start_recv(recv_view, source, recvtag, False)
+        send = self._start_send([send_view], dest, sendtag, False)
         self._complete(recv, status)
         self._complete(send, None)
 
@@ -344,6 +369,15 @@ class Comm:
         if status is not None:
             status._set(self._comm_rank(found[0]), found[1], found[2])
         return True
+
+    def Mprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> Message:
+        return mprobe(self, source, tag, status, blocking=True)
+
+    def Improbe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> Message | None:
+        return mprobe(self, source, tag, status, blocking=False)
+
+    mprobe = Mprobe
+    improbe = Improbe
 
     def Iprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> bool:
         if source == PROC_NULL:

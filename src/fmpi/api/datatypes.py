@@ -52,6 +52,25 @@ class Datatype:
     def Free(self) -> None:
         pass
 
+    @classmethod
+    def fromcode(cls, code: str) -> "Datatype":
+        """The datatype of a buffer typecode ("i", "d", "f8", "c16", "B", ...), as mpi4py's."""
+        found = from_typechar(code) if isinstance(code, str) else None
+        if found is None:
+            try:
+                dtype = np.dtype(code)
+            except TypeError:
+                raise ValueError(f"cannot map typecode {code!r} to an MPI datatype") from None
+            found = from_typechar(dtype.char)
+            if found is None or found.dtype != dtype:
+                raise ValueError(f"cannot map typecode {code!r} to an MPI datatype")
+        return found
+
+    def tocode(self) -> str:
+        if self.dtype is None or self.dtype.fields is not None:
+            raise ValueError(f"{self.name} has no typecode")
+        return self.dtype.char
+
     @property
     def typechar(self) -> str:
         return "" if self.dtype is None else self.dtype.char
@@ -129,6 +148,22 @@ _TABLE: dict[str, str | np.dtype | None] = {
 DATATYPES: dict[str, Datatype] = {
     name: Datatype("MPI_" + name, None if spec is None else np.dtype(spec)) for name, spec in _TABLE.items()
 }
+
+# mpi4py's other names: MPICH's own further types, the names that stand for a type above (the same
+# object, as they compare equal under MPICH), and those MPICH lacks (DATATYPE_NULL there too).
+for _name, _spec in {"CHARACTER": "S1", "COMPLEX8": "c8", "COMPLEX16": "c16", "COMPLEX32": "G", "CXX_BOOL": "?",
+                     "CXX_FLOAT_COMPLEX": "F", "CXX_DOUBLE_COMPLEX": "D", "CXX_LONG_DOUBLE_COMPLEX": "G",
+                     "FLOAT16_T": "e", "REAL16": "g"}.items():
+    DATATYPES[_name] = Datatype("MPI_" + _name, np.dtype(_spec))
+for _name, _same in {"SIGNED_INT": "INT", "SIGNED_LONG": "LONG", "SIGNED_LONG_LONG": "LONG_LONG", "SIGNED_SHORT": "SHORT",
+                     "SINT8_T": "INT8_T", "SINT16_T": "INT16_T", "SINT32_T": "INT32_T", "SINT64_T": "INT64_T",
+                     "FLOAT32_T": "FLOAT", "FLOAT64_T": "DOUBLE", "F_BOOL": "LOGICAL", "F_INT": "INTEGER", "F_FLOAT": "REAL",
+                     "F_DOUBLE": "DOUBLE_PRECISION", "F_COMPLEX": "COMPLEX", "F_FLOAT_COMPLEX": "COMPLEX",
+                     "F_DOUBLE_COMPLEX": "DOUBLE_COMPLEX", "BFLOAT16_T": "DATATYPE_NULL", "COMPLEX4": "DATATYPE_NULL",
+                     "INTEGER16": "DATATYPE_NULL", "LOGICAL1": "DATATYPE_NULL", "LOGICAL2": "DATATYPE_NULL",
+                     "LOGICAL4": "DATATYPE_NULL", "LOGICAL8": "DATATYPE_NULL", "LOGICAL16": "DATATYPE_NULL",
+                     "REAL2": "DATATYPE_NULL"}.items():
+    DATATYPES[_name] = DATATYPES[_same]
 
 # A buffer without an explicit datatype is described by its typecode (numpy
 # dtype char or memoryview format), as mpi4py does.

@@ -53,7 +53,9 @@ T = TypeVar("T")
 
 
 class Intracomm(ObjectCollectives, BufferCollectives, Comm):
-    def __init__(self, engine: Engine | None, group: tuple[int, ...], context: int, name: str = "") -> None:
+    def __init__(self, engine: "Engine | Comm | None", group: tuple[int, ...] = (), context: int = 0, name: str = "") -> None:
+        if isinstance(engine, Comm):
+            return  # a handle on an existing communicator (see Comm.__new__)
         super().__init__(engine, group, context, name)
         self._nb_seq = 0
         self._allreduce_memo = None
@@ -222,3 +224,11 @@ def _child_context(parent: int, seq: int, what: object) -> int:
 
 
 __all__ = ["COMM_TYPE_HW_GUIDED", "COMM_TYPE_HW_UNGUIDED", "COMM_TYPE_RESOURCE_GUIDED", "COMM_TYPE_SHARED", "Intracomm"]
+
+
+# mpi4py defines the collectives on Comm, and code calls them through it (mpi4py.util.pkl5 does
+# ``MPI.Comm.Bcast(comm, ...)``); fmpi implements them for intracommunicators, its only kind.
+for _mixin in (ObjectCollectives, BufferCollectives):
+    for _name, _fn in vars(_mixin).items():
+        if not _name.startswith("_") and not hasattr(Comm, _name):
+            setattr(Comm, _name, _fn)

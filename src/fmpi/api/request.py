@@ -31,7 +31,11 @@ def raise_mpi(exc: TransportError) -> None:
 class Request:
     __slots__ = ("_engine", "_op", "_finish", "_result", "_settled")
 
-    def __init__(self, engine: Engine | None = None, op: Op | None = None, finish: Finish = _no_result) -> None:
+    def __init__(self, engine: "Engine | Request | None" = None, op: Op | None = None, finish: Finish = _no_result) -> None:
+        if isinstance(engine, Request):  # MPI.Request(req): another handle on the same operation
+            for slot in Request.__slots__:
+                setattr(self, slot, getattr(engine, slot))
+            return
         self._engine = engine
         self._op = op
         self._finish = finish
@@ -39,10 +43,10 @@ class Request:
         self._settled = op is None
 
     @classmethod
-    def completed(cls, value: Any = None, source: int = PROC_NULL, tag: int = ANY_TAG) -> "Request":
+    def completed(cls, value: Any = None, source: int = PROC_NULL, tag: int = ANY_TAG, nbytes: int = 0) -> "Request":
         """A request that is already done (operations with PROC_NULL, for instance)."""
         req = cls()
-        req._result = (value, source, tag, 0)
+        req._result = (value, source, tag, nbytes)
         req._settled = False
         return req
 
@@ -94,6 +98,25 @@ class Request:
             status._set(source, tag, nbytes)
         return True
 
+    def get_status(self, status: Status | None = None) -> bool:
+        return self.Get_status(status)
+
+
+    @classmethod
+    def Get_status_all(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> bool:
+        """MPI 4.1's; fmpi reports MPI 3.1 and, as mpi4py over such a library, raises NotImplementedError."""
+        raise NotImplementedError("MPI_Request_get_status_all (MPI 4.1)")
+
+    @classmethod
+    def Get_status_any(cls, requests: Sequence["Request"], status: Status | None = None) -> tuple[int, bool]:
+        raise NotImplementedError("MPI_Request_get_status_any (MPI 4.1)")
+
+    @classmethod
+    def Get_status_some(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> list[int] | None:
+        raise NotImplementedError("MPI_Request_get_status_some (MPI 4.1)")
+
+    get_status_all, get_status_any, get_status_some = Get_status_all, Get_status_any, Get_status_some
+
     def Cancel(self) -> None:
         if self._op is not None and self._engine is not None:
             self._engine.cancel(self._op)
@@ -109,6 +132,14 @@ class Request:
     def __bool__(self) -> bool:
         """False for a null request (MPI_REQUEST_NULL), like mpi4py."""
         return not self._settled
+
+    def __eq__(self, other: object) -> bool:
+        """Handles compare as in mpi4py: the same request, or both null (REQUEST_NULL)."""
+        if not isinstance(other, Request):
+            return NotImplemented
+        return other is self or (not self and not other) or (self._op is not None and other._op is self._op)
+
+    __hash__ = object.__hash__
 
     def _wait_op(self) -> None:
         if self._op is not None and not self._op.done:
@@ -135,10 +166,10 @@ class Request:
                 engine.wait_all([r._op for r in requests if r._op is not None])
             except TransportError:
                 pass
-        if statuses is not None:
-            while len(statuses) < len(requests):
-                statuses.append(Status())
-        return [r._settle(statuses[i] if statuses is not None else None) for i, r in enumerate(requests)]
+        if isinstance(statuses, list):
+            statuses.extend(Status() for _ in range(len(requests) - len(statuses)))
+        given = len(statuses) if statuses is not None else 0
+        return [r._settle(statuses[i] if i < given else None) for i, r in enumerate(requests)]
 
     @classmethod
     def Waitany(cls, requests: Sequence["Request"], status: Status | None = None) -> int:
@@ -146,7 +177,7 @@ class Request:
 
     @classmethod
     def waitany(cls, requests: Sequence["Request"], status: Status | None = None) -> tuple[int, Any]:
-        active = [(i, r) for i, r in enumerate(requests) if r]
+        active = [(i, r) for i, r in enumerate(requests) if not r._settled]  # (an inactive persistent request is not)
         if not active:
             return UNDEFINED, None
         ready = [i for i, r in active if r._done()]
@@ -162,10 +193,25 @@ class Request:
         index, _ = cls.waitany(requests)
         if index == UNDEFINED:
             return None
-        done = [index] + [i for i, r in enumerate(requests) if r and r._done()]
+        done = [index] + [i for i, r in enumerate(requests) if i != index and not r._settled and r._done()]
         for i in done[1:]:
             requests[i]._settle(None)
         return done
+
+    @classmethod
+    def waitsome(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> tuple[list[int] | None, list[Any] | None]:
+        index, value = cls.waitany(requests)
+        if index == UNDEFINED:
+            return None, None
+        done = [index] + [i for i, r in enumerate(requests) if i != index and not r._settled and r._done()]
+        return done, [value] + [requests[i]._settle(None) for i in done[1:]]
+
+    @classmethod
+    def testsome(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> tuple[list[int] | None, list[Any] | None]:
+        if all(r._settled for r in requests):
+            return None, None
+        done = [i for i, r in enumerate(requests) if not r._settled and r._done()]
+        return done, [requests[i]._settle(None) for i in done]
 
     @classmethod
     def Testall(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> bool:
@@ -184,7 +230,7 @@ class Request:
 
     @classmethod
     def testany(cls, requests: Sequence["Request"], status: Status | None = None) -> tuple[int, bool, Any]:
-        active = [(i, r) for i, r in enumerate(requests) if r]
+        active = [(i, r) for i, r in enumerate(requests) if not r._settled]  # (an inactive persistent request is not)
         if not active:
             return UNDEFINED, True, None
         for i, r in active:
@@ -194,9 +240,9 @@ class Request:
 
     @classmethod
     def Testsome(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> list[int] | None:
-        if not any(requests):
+        if all(r._settled for r in requests):
             return None
-        done = [i for i, r in enumerate(requests) if r and r._done()]
+        done = [i for i, r in enumerate(requests) if not r._settled and r._done()]
         for i in done:
             requests[i]._settle(None)
         return done

@@ -82,7 +82,9 @@ def create_cart(comm, dims: Sequence[int], periods: Sequence[bool] | None = None
 class Cartcomm(Intracomm):
     """A communicator whose ranks sit on a Cartesian grid (row-major, as in MPI)."""
 
-    def __init__(self, engine, group, context: int, dims: list[int], periods: list[bool], name: str = "") -> None:
+    def __init__(self, engine, group=(), context: int = 0, dims: list[int] = (), periods: list[bool] = (), name: str = "") -> None:
+        if isinstance(engine, Intracomm):
+            return  # a handle on an existing communicator (see Comm.__new__)
         super().__init__(engine, group, context, name)
         self.dims = list(dims)
         self.periods = [bool(p) for p in periods]

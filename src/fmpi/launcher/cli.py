@@ -117,8 +117,8 @@ def _launch(args: argparse.Namespace) -> int:
     if args.backend != "local":
         if args.bind_to != "auto":
             raise UsageError("--bind-to works with the local backend only (a Lambda function has its own CPUs)")
-        if args.print_join:
-            raise UsageError("--print-join works with the local backend only")
+        if args.print_join or args.stdin not in (None, "none"):
+            raise UsageError(f"{'--print-join' if args.print_join else '--stdin'} works with the local backend only (a Lambda function has no standard input)")
         from .lambda_backend.launch import run as run_lambda
 
         return run_lambda(args)
@@ -159,7 +159,7 @@ def _launch(args: argparse.Namespace) -> int:
             outcome_code = _serve_join(job, relay_url, args.command)  # (it runs on the joining hosts: as typed)
         else:
             bytecode.warm()
-            outcome = run_local(job, command, args.tag_output, args.bind_to, on_start=progress.rank_started)
+            outcome = run_local(job, command, args.tag_output, args.bind_to, args.stdin, on_start=progress.rank_started)
             progress.stop()
             if outcome.message and outcome.code != relaunch.RESUME_EXIT:  # (the ranks said why themselves)
                 log(outcome.message)

@@ -98,6 +98,8 @@ def _output(g: argparse._ArgumentGroup) -> None:
                         "(Lambda ranks also get every FMPI_* variable set here)")
     g.add_argument("-genv", dest="env", action=_Genv, nargs=2, metavar=("NAME", "VALUE"), help="the same as -x NAME=VALUE (mpiexec's spelling)")
     g.add_argument("--tag-output", action="store_true", help="prefix every output line with [rank]")
+    g.add_argument("--stdin", metavar="RANK|all|none", help="local backend: which rank reads fmpirun's standard input "
+                   "(default 0, as with mpiexec; the others get /dev/null)")
     g.add_argument("--verbose", "-v", action="store_true",
                    help="report the job's progress on stderr, a line per event, and how the ranks were linked")
 

@@ -25,7 +25,7 @@ from typing import BinaryIO
 
 from .. import settings
 from ..rank.shim_path import SHIM_DIR
-from . import closed_output
+from . import closed_output, stdin_forward
 from .job import Job, failure_status
 
 KILL_GRACE = 2.0  # seconds between asking ranks to stop and killing them
@@ -160,9 +160,12 @@ class OutputPump:
 
 
 def run_local(
-    job: Job, command: list[str], tag_output: bool, bind: str = "auto", on_start: Callable[[], None] | None = None
+    job: Job, command: list[str], tag_output: bool, bind: str = "auto", stdin: str | None = None,
+    on_start: Callable[[], None] | None = None,
 ) -> Outcome:
-    """Run the job's ranks here until they end (`on_start`: called as each rank process starts)."""
+    """Run the job's ranks here until they end. `stdin` is fmpirun's --stdin (default: rank 0 reads fmpirun's
+    input); `on_start` is called as each rank process starts."""
+    target = stdin_forward.plan(stdin, job.size)
     pump = OutputPump(tag_output)
     procs: list[subprocess.Popen] = []
     base = dict(os.environ)
@@ -172,7 +175,7 @@ def run_local(
             proc = subprocess.Popen(
                 command,
                 env=rank_environment(job, rank, base),
-                stdin=subprocess.DEVNULL,
+                stdin=stdin_forward.for_rank(target, rank),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,  # Ctrl-C reaches fmpirun, which stops the ranks in order
@@ -187,6 +190,8 @@ def run_local(
         _kill(procs)
         return Outcome(127, f"cannot start {command[0]!r}: {exc.strerror or exc}")
     pump.start()
+    if target == "all":
+        stdin_forward.fan_out([proc.stdin for proc in procs])
     try:
         outcome = _supervise(job, procs)
     except KeyboardInterrupt:

@@ -7,6 +7,10 @@ and rebuilt on the receiver as views into the received payload: a dict of
 large arrays crosses with no extra copy on either side.
 
 Payload layout: u32 n, n x u64 buffer lengths, u64 pickle length, pickle, buffers.
+
+A program may replace pickle (mpi4py's ``MPI.pickle.__init__(dill.dumps, dill.loads)``):
+``set_codec`` installs its object, whose ``dumps``/``loads`` then make and read the
+(in-band only) pickle part of every payload.
 """
 
 from __future__ import annotations
@@ -18,10 +22,20 @@ from typing import Any
 OUT_OF_BAND_MIN = 64 * 1024
 _COUNT = struct.Struct("<I")
 _LEN = struct.Struct("<Q")
+_codec: Any = None  # an object with dumps(obj) -> bytes and loads(buffer) -> obj, or None: pickle protocol 5
+
+
+def set_codec(codec: Any) -> None:
+    """Serialize with `codec` from now on (None: the built-in pickle with out-of-band buffers)."""
+    global _codec
+    _codec = codec
 
 
 def dumps(obj: Any) -> list[memoryview]:
     """Serialize `obj` into message parts (views; nothing is joined)."""
+    if _codec is not None:
+        data = memoryview(_codec.dumps(obj))
+        return [memoryview(_COUNT.pack(0) + _LEN.pack(data.nbytes)), data]
     buffers: list[pickle.PickleBuffer] = []
 
     def keep_in_band(buf: pickle.PickleBuffer) -> bool:
@@ -50,4 +64,6 @@ def loads(payload: bytes | bytearray | memoryview) -> Any:
     for n in lengths:
         buffers.append(view[pos : pos + n])
         pos += n
+    if _codec is not None and not count:
+        return _codec.loads(data)
     return pickle.loads(data, buffers=buffers)

@@ -1,0 +1,143 @@
+"""Matched probe: ``Comm.Mprobe/Improbe/mprobe/improbe`` and ``MPI.Message``.
+
+A matched probe takes the message it finds off the matching queue, so no other
+receive can match it: here it finds the message (``engine.probe``) and at once
+posts a receive for exactly that source and tag without a buffer. The transport
+keeps messages from one source in order, so that receive matches the message
+the probe saw, which is already there: it completes without waiting. The
+payload is then held by the ``Message`` until ``Recv``/``Irecv`` copies it into
+the user's buffer (or unpickles it, for ``recv``/``irecv``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..transport.requests import TransportError
+from ..wire import pickle_oob as serialize
+from . import exceptions as err
+from .buffers import message_view
+from .constants import ANY_SOURCE, ANY_TAG, PROC_NULL
+from .request import Request
+from .status import Status
+
+if TYPE_CHECKING:
+    from .comm import Comm
+
+
+class Message:
+    """A message taken by a matched probe, waiting to be received."""
+
+    __slots__ = ("_handle", "_name", "_payload", "_source", "_tag")
+
+    def __init__(self, payload: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG, name: str = "") -> None:
+        self._handle: object = self
+        if isinstance(payload, Message):  # MPI.Message(msg): a handle on the same message
+            payload, source, tag, self._handle = payload._payload, payload._source, payload._tag, payload._handle
+        self._payload = payload
+        self._source = source
+        self._tag = tag
+        self._name = name
+
+    def __bool__(self) -> bool:
+        return self._payload is not None
+
+    def __eq__(self, other: object) -> bool:
+        """As mpi4py's handles: the same message, or both null (MESSAGE_NULL, or received)."""
+        if not isinstance(other, Message):
+            return NotImplemented
+        if other._handle is self._handle or (not self and not other):
+            return True
+        return bool(self) and bool(other) and self._source == other._source == PROC_NULL  # both MESSAGE_NO_PROC
+
+    __hash__ = object.__hash__
+
+    def free(self) -> None:
+        """Drop the message unreceived (mpi4py's ``Message.free``): the handle becomes MESSAGE_NULL."""
+        if self._name:
+            raise err.Exception(err.ERR_REQUEST, f"cannot free the predefined {self._name}")
+        self._payload = None
+
+    def __reduce__(self) -> str:
+        if self._name:
+            return self._name
+        raise TypeError("cannot pickle a matched message")
+
+    def __repr__(self) -> str:
+        return f"<fmpi.MPI.Message {self._name or f'from {self._source} tag {self._tag}'}>"
+
+    def _take(self, status: Status | None) -> tuple[Any, int, int]:
+        if self._payload is None:
+            raise err.Exception(err.ERR_REQUEST, "invalid message (MESSAGE_NULL, or already received)")
+        payload, source, tag = self._payload, self._source, self._tag
+        if self._name != "MESSAGE_NO_PROC":  # MESSAGE_NO_PROC receives nothing, any number of times
+            self._payload = None
+        if status is not None:
+            status._set(source, tag, len(payload))
+        return payload, source, tag
+
+    # ------------------------------------------------------------ buffers
+    def Recv(self, buf: Any, status: Status | None = None) -> None:
+        payload, _, _ = self._take(status)
+        view = message_view(buf, True) if buf is not None else memoryview(bytearray())
+        if len(payload) > len(view):
+            raise err.Exception(err.ERR_TRUNCATE, f"message of {len(payload)} bytes truncated to {len(view)}")
+        view[: len(payload)] = payload
+
+    def Irecv(self, buf: Any) -> Request:
+        status = Status()
+        self.Recv(buf, status)
+        return Request.completed(None, status.Get_source(), status.Get_tag(), status.Get_count())
+
+    # ------------------------------------------------------------ objects
+    def recv(self, status: Status | None = None) -> Any:
+        payload, source, _ = self._take(status)
+        return None if source == PROC_NULL else serialize.loads(payload)
+
+    def irecv(self) -> Request:
+        status = Status()
+        value = self.recv(status)
+        return Request.completed(value, status.Get_source(), status.Get_tag(), status.Get_count())
+
+    # ------------------------------------------------------- probes (classmethods, as mpi4py)
+    @classmethod
+    def Probe(cls, comm: Comm, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> Message:
+        return mprobe(comm, source, tag, status, blocking=True)
+
+    @classmethod
+    def Iprobe(cls, comm: Comm, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> Message | None:
+        return mprobe(comm, source, tag, status, blocking=False)
+
+    probe = Probe
+    iprobe = Iprobe
+
+
+MESSAGE_NULL = Message(name="MESSAGE_NULL")
+MESSAGE_NO_PROC = Message(b"", PROC_NULL, ANY_TAG, "MESSAGE_NO_PROC")
+
+
+def mprobe(comm: Comm, source: int, tag: int, status: Status | None, blocking: bool) -> Message | None:
+    """Find a message and take it off the queue (see the module docstring); None if `blocking` is
+    False and there is none yet."""
+    if source == PROC_NULL:
+        if status is not None:
+            status._set(PROC_NULL, ANY_TAG, 0)
+        return Message(b"", PROC_NULL, ANY_TAG)  # (a handle of its own: receiving it makes it MESSAGE_NULL)
+    world, tag = comm._source(source), comm._recv_tag(tag)
+    engine = comm._engine
+    try:
+        found = engine.probe(world, comm._ctx, tag) if blocking else engine.iprobe(world, comm._ctx, tag)
+        if found is None:
+            return None
+        op = engine.irecv(found[0], comm._ctx, found[1], None)
+        if not op.done:
+            engine.wait(op)
+    except TransportError as exc:
+        comm._transport_failed(exc)
+    if op.error is not None:
+        comm._transport_failed(op.error)
+    payload = bytes(op.payload) if op.payload is not None else b""
+    source = comm._comm_rank(op.status_source)
+    if status is not None:
+        status._set(source, op.status_tag, len(payload))
+    return Message(payload, source, op.status_tag)

@@ -1,0 +1,70 @@
+"""Persistent requests: ``Comm.Send_init``/``Recv_init`` (and the Bsend/Ssend/Rsend kinds),
+``Prequest.Start``/``Startall`` — the halo-exchange loop's way to set a transfer up once.
+
+A persistent request remembers how to start its operation; each ``Start`` begins
+one more run of it (a fresh transport operation on the same buffer), after which
+the usual ``Wait``/``Test`` calls complete it. Between runs it is inactive: waiting
+on it returns at once, and it stays a live handle until ``Free``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from . import exceptions as err
+from .constants import ANY_SOURCE, ANY_TAG
+from .request import Request
+
+
+class Prequest(Request):
+    __slots__ = ("_begin", "_freed")
+
+    def __init__(self, begin: Callable[[], Request] | None = None) -> None:
+        super().__init__()
+        self._begin = begin
+        self._freed = begin is None
+
+    def Start(self) -> None:
+        if self._freed or self._begin is None:
+            raise err.Exception(err.ERR_REQUEST, "Start on a freed persistent request")
+        if self._op is not None:
+            raise err.Exception(err.ERR_REQUEST, "Start on a persistent request that is still active")
+        run = self._begin()
+        # This handle becomes the run's request: Wait/Test/Waitall... see it as any other.
+        self._engine, self._op, self._finish = run._engine, run._op, run._finish
+        self._result, self._settled = run._result, run._settled
+
+    start = Start
+
+    @classmethod
+    def Startall(cls, requests: Sequence[Prequest]) -> None:
+        for request in requests:
+            request.Start()
+
+    startall = Startall
+
+    def Free(self) -> None:
+        super().Free()
+        self._freed = True
+
+    free = Free
+
+    def __bool__(self) -> bool:
+        """A persistent request is a live handle, active or not, until freed."""
+        return not self._freed
+
+
+class PersistentP2P:
+    """The ``*_init`` calls of ``Comm`` (mixed into it)."""
+
+    def Send_init(self, buf: Any, dest: int, tag: int = 0) -> Prequest:
+        return Prequest(lambda: self.Isend(buf, dest, tag))
+
+    Bsend_init = Rsend_init = Send_init
+
+    def Ssend_init(self, buf: Any, dest: int, tag: int = 0) -> Prequest:
+        return Prequest(lambda: self.Issend(buf, dest, tag))
+
+    def Recv_init(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Prequest:
+        return Prequest(lambda: self.Irecv(buf, source, tag))
