@@ -33,10 +33,8 @@ from ..rendezvous.relay_connection import (
     RelayConnection,
     RelayError,
     open_with,
-    parse_relay_url,
-    relay_addresses,
-    relay_scheme,
 )
+from ..rendezvous.urls import parse_relay_url, relay_addresses, relay_scheme
 from ..wire.relay_protocol import Kind, encode
 from .hash_ring import HashRing
 from .node_connection import NodeConnection, Pending, SharedObjectError

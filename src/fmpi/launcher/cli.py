@@ -16,8 +16,8 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-import socket
 import shutil
+import socket
 import sys
 from pathlib import Path
 
@@ -28,11 +28,11 @@ from ..rank.spec import (
     RankSpec,
     SpecError,
     check_relay_url,
-    display_url,
     token_in_environment,
 )
 from ..relay_server.server import RelayThread
 from ..rendezvous.relay_connection import RelayError
+from ..rendezvous.urls import display_url
 from . import bytecode, closed_output
 from .job import Job, log
 from .link_table import describe_event

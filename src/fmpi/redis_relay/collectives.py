@@ -55,9 +55,10 @@ from typing import Any
 import numpy as np
 
 from ..collectives.options import split_even
-from ..rendezvous.redis import DEFAULT_TTL
-from ..rendezvous.redis_connect import explain, safe_url
+from ..rendezvous.redis_connect import explain
+from ..rendezvous.redis_keys import DEFAULT_TTL
 from ..rendezvous.relay_connection import RelayError
+from ..rendezvous.urls import safe_url
 
 KEEP = 8  # completed rounds per communicator whose result a late retry still gets
 SMALL_MAX = 64 << 10  # N x vector bytes up to which every rank gets all contributions

@@ -27,17 +27,31 @@ from pathlib import Path
 from ...lambda_runtime.event import Program, RankEvent
 from ...lambda_runtime.fanout import WORKERS, choose_arity, heads, invoke_all
 from ...lambda_runtime.runtimes import runtime_named
-from ...rank.spec import display_url
 from ...relay_server.server import RelayThread
 from ...rendezvous.relay_connection import RelayError
+from ...rendezvous.urls import display_url
 from ..job import Job, log
 from ..relays import host_objects
 from .aws import LambdaError, Target, connect
-from .deploy import FunctionConfig, check_concurrency, deploy, function_exists, resolve_role
+from .deploy import (
+    FunctionConfig,
+    check_concurrency,
+    deploy,
+    function_exists,
+    resolve_role,
+)
 from .follow import Outcome, Watcher, cost_line, supervise
 from .join_failures import JoinFailures
 from .listing import describe_bundle
-from .options import RelayPlan, UsageError, function_config, rank_environment, relay_plan, resolve_program, tls_ca
+from .options import (
+    RelayPlan,
+    UsageError,
+    function_config,
+    rank_environment,
+    relay_plan,
+    resolve_program,
+    tls_ca,
+)
 from .packaging import PackagingError, build_bundle
 from .preflight import check_advertised, check_relay_from_here, ping
 from .progress import Display, Printer

@@ -27,8 +27,6 @@ import socket
 import threading
 from typing import Any
 
-from ..rendezvous.redis import DEFAULT_TTL, RedisRank
-from ..rendezvous.redis_connect import explain, safe_url
 from ..wire.relay_protocol import (
     FORWARD_RANK,
     HEADER_SIZE,
@@ -41,7 +39,11 @@ from ..wire.relay_protocol import (
     encode,
     forward_header,
 )
-from .mailbox import FINISHED, JOB_GONE, RankMailbox
+from .redis import RedisRank
+from .redis_connect import explain
+from .redis_keys import DEFAULT_TTL
+from .redis_mailbox import FINISHED, JOB_GONE, RankMailbox
+from .urls import safe_url
 
 READ_SIZE = 1 << 20
 
