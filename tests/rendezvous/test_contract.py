@@ -14,13 +14,19 @@ import time
 import uuid
 
 import pytest
+from tests_support import RelayProcess
 
 from fmpi import rendezvous
 from fmpi.natpunch.sockets import bind_reusable
 from fmpi.rendezvous.relay_connection import Aborted, RelayError
 from fmpi.wire.frame_reader import FrameReader
-from fmpi.wire.relay_protocol import FORWARD_RANK, Kind, decode_body, encode, forward_header
-from tests_support import RelayProcess
+from fmpi.wire.relay_protocol import (
+    FORWARD_RANK,
+    Kind,
+    decode_body,
+    encode,
+    forward_header,
+)
 
 TOKEN = "c" * 24
 
@@ -119,7 +125,7 @@ def test_world_reaches_every_rank_and_the_launcher(job):
     url, make = job
     job_id, launcher, _ = make(3)
     members = [joined(url, job_id, r) for r in (1, 2, 0)]
-    for member, reg in members:
+    for _member, reg in members:
         assert reg.size == 3 and reg.observed[1] > 0
     worlds = [m.wait_world(time.monotonic() + 10) for m, _ in members]
     for world in worlds:

@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from ..util.ranges import describe_ranks
+from ..wire.errors import Aborted, RelayError
 from ..wire.frame_reader import FrameReader
 from ..wire.relay_protocol import (
     FORWARD_RANK,
@@ -30,7 +31,7 @@ from ..wire.relay_protocol import (
     forward_header,
 )
 from .protocols import Carrier, JobEvents, Registered
-from .relay_connection import Aborted, PeerInfo, RelayError
+from .relay_connection import PeerInfo
 from .urls import parse
 
 _stores: dict[str, "_Store"] = {}

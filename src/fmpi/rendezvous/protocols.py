@@ -20,7 +20,8 @@ import socket
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
-from .relay_connection import Aborted, PeerInfo, RelayError
+from ..wire.errors import Aborted, RelayError
+from .relay_connection import PeerInfo
 
 
 @dataclass(frozen=True)

@@ -31,11 +31,12 @@ import time
 from typing import Any, Callable
 
 from ..util.ranges import describe_ranks
+from ..wire.errors import Aborted, RelayError
 from ..wire.relay_protocol import abort_body
 from .redis_connect import connect, explain
 from .redis_keys import DEFAULT_TTL, job_pattern, token_hash
 from .redis_keys import keys as _keys
-from .relay_connection import Aborted, PeerInfo, RelayError
+from .relay_connection import PeerInfo
 from .urls import safe_url
 
 # KEYS: meta, members, events. ARGV: inbox prefix, token hash, rank (-1 = any), record json, ttl

@@ -11,11 +11,12 @@ import socket
 import time
 from typing import Any
 
+from ..wire.errors import Aborted, RelayError
 from .protocols import Carrier, JobEvents, Registered
 from .redis import RedisJob, RedisRank
 from .redis_bridge import RedisBridge
 from .redis_connect import source_ip
-from .relay_connection import Aborted, PeerInfo, RelayError
+from .relay_connection import PeerInfo
 
 
 class RedisRendezvous:

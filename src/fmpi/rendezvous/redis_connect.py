@@ -14,7 +14,8 @@ import socket
 from typing import Any
 
 from .. import settings
-from .relay_connection import RelayError, local_ip_towards
+from ..wire.errors import RelayError
+from .relay_connection import local_ip_towards
 from .urls import parse, safe_url, with_address
 
 
