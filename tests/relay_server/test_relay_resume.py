@@ -110,7 +110,7 @@ def raw_frame(conn: RelayConnection, timeout: float, heartbeats: bool = False) -
     while True:
         kind, body = conn.next_frame()
         if heartbeats or kind != Kind.HEARTBEAT:
-            return kind, body
+            return kind, bytes(body)
 
 
 def forwarded(conn: RelayConnection, timeout: float = 5) -> tuple[int, bytes]:

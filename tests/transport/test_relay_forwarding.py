@@ -74,7 +74,7 @@ def _frame(conn: RelayConnection) -> tuple[Kind, bytes]:
     while True:
         kind, body = conn.next_frame()
         if kind != Kind.HEARTBEAT:
-            return kind, body
+            return kind, bytes(body)
 
 
 def test_forward_reaches_the_destination_stamped_with_the_true_sender(relay):

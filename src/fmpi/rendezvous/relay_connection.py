@@ -145,14 +145,15 @@ class RelayConnection:
             raise RelayError(f"relay sent {kind.name} where {want.name} was expected", "protocol")
         return body
 
-    def next_frame(self) -> tuple[Kind, bytes]:
+    def next_frame(self) -> tuple[Kind, bytearray]:
         """The next frame as it came (heartbeats included), its body undecoded."""
         while (frame := self._reader.next()) is None:
             # No more than the frame needs: what follows it belongs to whoever takes the socket next.
-            chunk = self.sock.recv(self._reader.missing())
-            if not chunk:
+            with self._reader.buffer() as room:
+                n = self.sock.recv_into(room)
+            if not n:
                 raise ConnectionError("the relay closed the connection")
-            self._reader.feed(chunk)
+            self._reader.advance(n)
         return frame
 
     def take_buffer(self) -> bytes:

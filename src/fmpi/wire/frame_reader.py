@@ -1,64 +1,96 @@
 """The one sans-IO reader of relay-protocol frames: bytes in, whole frames out.
 
-Whoever owns the socket reads into it (``feed``, or ``recv_into`` the
-``space`` it offers) and takes complete frames (``next``); the reader never
-touches a socket, so every client-side reader of relay frames (the rank's
-and the launcher's relay connection, DSO node connections, the Redis and
-in-process bridges, the NAT probe) parses them the same way, limits and
-errors included.
+Whoever owns the socket gives it bytes, either read already (``feed``) or
+read straight into the reader (``recv_into`` its ``buffer()``, then
+``advance``), and takes whole frames (``next``). The reader never touches
+a socket, so every client-side reader of relay frames (the relay
+connection of ranks and launchers, DSO node connections, the transport's
+relay channel, the Redis and in-process bridges, the NAT probe) parses
+them the same way, limits and errors included.
+
+Each frame's body gets a buffer of its own, sized from its header, so a
+large body read with ``buffer()``/``advance`` lands there without a copy.
 """
 
 from __future__ import annotations
 
-from .relay_protocol import HEADER_SIZE, MAX_SERVER_FRAME, Kind, decode_header
+from collections import deque
+
+from .relay_protocol import (
+    HEADER,
+    HEADER_SIZE,
+    MAX_SERVER_FRAME,
+    VERSION,
+    Kind,
+    decode_header,
+)
 
 
 class FrameReader:
-    """Accumulates bytes; yields (kind, payload) per whole frame. `limit`: the largest payload accepted."""
+    """Accumulates bytes; yields (kind, body) per whole frame. `limit`: the largest body accepted."""
 
     def __init__(self, limit: int = MAX_SERVER_FRAME) -> None:
         self.limit = limit
-        self._buf = bytearray()
-        self._pos = 0  # start of the first unconsumed byte
+        self._ready: deque[tuple[Kind, bytearray]] = deque()
+        self._reset()
+
+    def _reset(self) -> None:
+        self._head = bytearray(HEADER_SIZE)
+        self._have = 0  # bytes of _head filled
+        self._kind: Kind | None = None  # the frame whose body is being read (None: reading a header)
+        self._body = bytearray()
+        self._got = 0
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
-        if self._pos:
-            del self._buf[: self._pos]  # (consumed frames go once per read, not once per frame)
-            self._pos = 0
-        self._buf += data
+        """Take bytes read from the socket (ProtocolError for a bad header: version, kind, over the limit)."""
+        with memoryview(data) as view:
+            pos = 0
+            while pos < len(view):
+                room = self.buffer()
+                n = min(len(room), len(view) - pos)
+                room[:n] = view[pos : pos + n]
+                room.release()
+                pos += n
+                self.advance(n)
 
-    def next(self) -> tuple[Kind, bytes] | None:
-        """The next whole frame, or None until more bytes come.
+    def buffer(self) -> memoryview:
+        """Where the next bytes go: the rest of the current header, or of the current body."""
+        if self._kind is None:
+            return memoryview(self._head)[self._have :]
+        return memoryview(self._body)[self._got :]
 
-        ProtocolError for a bad header (version, kind, over the limit)."""
-        have = len(self._buf) - self._pos
-        if have < HEADER_SIZE:
-            return None
-        kind, length = decode_header(self._buf, self.limit, self._pos)
-        if have < HEADER_SIZE + length:
-            return None
-        start = self._pos + HEADER_SIZE
-        self._pos = start + length
-        return kind, bytes(self._buf[start : self._pos])
+    def advance(self, n: int) -> None:
+        """`n` bytes were written into ``buffer()``."""
+        if self._kind is None:
+            self._have += n
+            if self._have == HEADER_SIZE:
+                self._kind, length = decode_header(self._head, self.limit)
+                self._body, self._got = bytearray(length), 0
+        else:
+            self._got += n
+        if self._kind is not None and self._got == len(self._body):
+            self._ready.append((self._kind, self._body))
+            self._reset()
+
+    def next(self) -> tuple[Kind, bytearray] | None:
+        """The next whole frame (its body is the caller's), or None until more bytes come."""
+        return self._ready.popleft() if self._ready else None
 
     def missing(self) -> int:
-        """Bytes still needed to complete the next frame (at least 1 when no whole frame is buffered)."""
-        have = len(self._buf) - self._pos
-        if have < HEADER_SIZE:
-            return HEADER_SIZE - have
-        _kind, length = decode_header(self._buf, self.limit, self._pos)
-        return max(HEADER_SIZE + length - have, 0)
+        """Bytes that would complete the header or body being read (a read of this many never overshoots)."""
+        return len(self._head) - self._have if self._kind is None else len(self._body) - self._got
 
     def head(self) -> bytes:
-        """The first unconsumed bytes (up to a header's worth): what a bad frame started with."""
-        return bytes(self._buf[self._pos : self._pos + HEADER_SIZE])
-
-    def buffered(self) -> int:
-        return len(self._buf) - self._pos
+        """The header bytes read so far of the frame in progress: what a bad frame started with."""
+        return bytes(self._head[: self._have]) if self._kind is None else bytes(self._head)
 
     def take_rest(self) -> bytes:
-        """Every byte not consumed yet (handed over with the socket); the reader is empty after."""
-        rest = bytes(self._buf[self._pos :])
-        self._buf = bytearray()
-        self._pos = 0
-        return rest
+        """Every byte fed but not taken as a frame, as it came (handed over with the socket); the reader is empty
+        after."""
+        rest = bytearray()
+        for kind, body in self._ready:
+            rest += HEADER.pack(VERSION, kind, 0, len(body)) + body
+        rest += self._head[: self._have] if self._kind is None else self._head + self._body[: self._got]
+        self._ready.clear()
+        self._reset()
+        return bytes(rest)
