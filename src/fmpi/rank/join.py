@@ -133,7 +133,7 @@ class RankSession:
         if self._closed:
             return
         within = self.engine.options.relay_rejoin
-        if self._registration is not None and rendezvous.can_restart(self.spec.relay) and within > 0:
+        if self._rendezvous is not None and self._rendezvous.can_rejoin and within > 0:
             # It may be restarting: wait for it (off the progress thread, which keeps the direct links going).
             self._rejoined.clear()
             threading.Thread(target=self._rejoin, args=(error, within), name="fmpi-rejoin", daemon=True).start()

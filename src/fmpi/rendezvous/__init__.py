@@ -66,8 +66,3 @@ def check(url: str, timeout: float) -> dict[str, Any]:
 
         redis_connect(url, timeout=timeout).close()  # (connecting pings it)
     return {}
-
-
-def can_restart(url: str) -> bool:
-    """Whether the service at `url` may restart under a running job (and its ranks rejoin): fmpi-relay only."""
-    return parse(url).kind == FMPI_RELAY

@@ -40,6 +40,8 @@ NOT_BACK = ("unknown_job", "lost", "timeout", "unreachable")
 class FmpiRelayRendezvous:
     """A rank's registration at fmpi-relay (the first relay of the URL)."""
 
+    can_rejoin = True  # a restarted relay takes the job back from the launcher, then its ranks
+
     def __init__(self, url: str, job: str, token: str) -> None:
         self.url, self.job, self._token = url, job, token
         self._conn: RelayConnection | None = None

@@ -78,6 +78,8 @@ def store(url: str) -> _Store:
 class MemoryRendezvous:
     """A rank's registration in an in-process store."""
 
+    can_rejoin = False
+
     def __init__(self, url: str, job: str, token: str) -> None:
         self.url, self.job, self._token = url, job, token
         self._store = store(url)

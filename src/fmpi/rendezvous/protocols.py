@@ -54,6 +54,7 @@ class Rendezvous(Protocol):
     """A rank's side of the rendezvous: open, register, wait for the world, hand over the carrier."""
 
     url: str
+    can_rejoin: bool  # the service may restart under a running job, and the rank take its slot again
 
     def local_ip(self) -> str:
         """The local address that reaches the rendezvous (the rank listens there)."""

@@ -22,6 +22,8 @@ from .relay_connection import PeerInfo
 class RedisRendezvous:
     """A rank's registration in Redis."""
 
+    can_rejoin = False
+
     def __init__(self, url: str, job: str, token: str) -> None:
         self.url, self.job, self._token = url, job, token
         self._member: RedisRank | None = None
