@@ -45,11 +45,7 @@ ALLOWED: dict[str, set[str]] = {
 }
 
 # Edges that exist today and are on their way out (issue 23); the list may only shrink.
-KNOWN: set[tuple[str, str]] = {
-    ("api", "rendezvous"),
-    ("redis_relay", "collectives"),
-    ("redis_relay", "relay_server"),
-}
+KNOWN: set[tuple[str, str]] = set()
 
 
 def _package(rel: Path) -> str:

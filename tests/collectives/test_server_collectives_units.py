@@ -18,7 +18,7 @@ import pytest
 from fmpi.collectives import server_side, table
 from fmpi.rank.spec import check_relay_url
 from fmpi.redis_relay.collectives import RedisCollectives
-from fmpi.rendezvous.relay_connection import parse_relay_url, relay_addresses
+from fmpi.rendezvous.urls import parse_relay_url, relay_addresses
 
 
 @pytest.fixture

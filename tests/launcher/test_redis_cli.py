@@ -16,8 +16,8 @@ from fmpi.rank.spec import (
     RankSpec,
     SpecError,
     check_relay_url,
-    display_url,
 )
+from fmpi.rendezvous.urls import display_url
 
 TOKEN = "t" * 24
 

@@ -11,13 +11,13 @@ from fmpi.launcher.job import Job
 from fmpi.rank import join as bootstrap
 from fmpi.rank.join import join
 from fmpi.rank.spec import RankSpec
-from fmpi.redis_relay.mailbox import (
+from fmpi.rendezvous.redis import DEFAULT_TTL, connect, job_pattern
+from fmpi.rendezvous.redis_mailbox import (
     FINISHED,
     JOB_GONE,
     QUEUED,
     RankMailbox,
 )
-from fmpi.rendezvous.redis import DEFAULT_TTL, connect, job_pattern
 from fmpi.rendezvous.relay_connection import RelayError
 from fmpi.transport.options import TransportOptions
 from fmpi.transport.requests import TransportError

@@ -26,7 +26,6 @@ from fmpi.rendezvous.relay_connection import (
 )
 from fmpi.wire.relay_protocol import (
     FORWARD_RANK,
-    HEADER,
     Kind,
     decode_body,
     forward_header,
@@ -109,10 +108,9 @@ def raw_frame(conn: RelayConnection, timeout: float, heartbeats: bool = False) -
     """The next frame from the relay, undecoded (heartbeats skipped unless `heartbeats`)."""
     conn.sock.settimeout(timeout)
     while True:
-        _v, kind, _r, length = HEADER.unpack(conn._read(HEADER.size))
-        body = conn._read(length)
+        kind, body = conn.next_frame()
         if heartbeats or kind != Kind.HEARTBEAT:
-            return Kind(kind), body
+            return kind, bytes(body)
 
 
 def forwarded(conn: RelayConnection, timeout: float = 5) -> tuple[int, bytes]:

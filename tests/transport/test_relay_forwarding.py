@@ -72,11 +72,9 @@ def _forward(conn: RelayConnection, dest: int, data: bytes) -> None:
 def _frame(conn: RelayConnection) -> tuple[Kind, bytes]:
     """The next frame the relay sent, heartbeats aside."""
     while True:
-        head = conn._read(HEADER.size)
-        _v, kind, _r, length = HEADER.unpack(head)
-        body = conn._read(length)
+        kind, body = conn.next_frame()
         if kind != Kind.HEARTBEAT:
-            return Kind(kind), body
+            return kind, bytes(body)
 
 
 def test_forward_reaches_the_destination_stamped_with_the_true_sender(relay):

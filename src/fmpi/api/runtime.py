@@ -51,7 +51,7 @@ def initialize(session: "RankSession | None" = None) -> None:
     """
     from ..rank.join import join
     from ..rank.spec import RankSpec, SpecError, slot_in_environment
-    from ..rendezvous.relay_connection import RelayError
+    from ..wire.errors import RelayError
     from .intracomm import Intracomm
 
     with state.lock:

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..util.ranges import split_even
 from .channel import Channel, as_bytes
-from .options import AllreduceOptions, split_even
+from .options import AllreduceOptions
 from .ranks import fold, real_rank
 
 

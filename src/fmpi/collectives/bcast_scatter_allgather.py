@@ -9,9 +9,10 @@ link carries about 2(N-1)/N of the buffer in total.
 
 from __future__ import annotations
 
+from ..util.ranges import split_even
 from .allgather_ring import ring
 from .channel import Channel
-from .options import BcastOptions, Layout, split_even
+from .options import BcastOptions, Layout
 from .ranks import subtree
 
 

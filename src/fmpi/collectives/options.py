@@ -68,17 +68,6 @@ def segments(nbytes: int, segment: int, align: int = 1) -> list[tuple[int, int]]
     return [(start, min(start + step, nbytes)) for start in range(0, nbytes, step)]
 
 
-def split_even(count: int, parts: int) -> list[tuple[int, int]]:
-    """(start, stop) of `parts` nearly equal pieces of range(count) (the first ones one longer)."""
-    base, extra = divmod(count, parts)
-    out, pos = [], 0
-    for i in range(parts):
-        n = base + (i < extra)
-        out.append((pos, pos + n))
-        pos += n
-    return out
-
-
 # ------------------------------------------------------------- data movement
 @dataclass(slots=True)
 class BcastOptions:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..util.ranges import split_even
 from . import reduce_scatter_ring
 from .channel import Channel, as_bytes
-from .options import ReduceOptions, split_even
+from .options import ReduceOptions
 
 
 def reduce(ch: Channel, opts: ReduceOptions) -> None:

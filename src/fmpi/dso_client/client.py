@@ -21,6 +21,7 @@ and a mailbox item is never handed to a caller that stopped waiting.
 
 from __future__ import annotations
 
+import math
 import socket
 import threading
 import time
@@ -33,10 +34,9 @@ from ..rendezvous.relay_connection import (
     RelayConnection,
     RelayError,
     open_with,
-    parse_relay_url,
-    relay_addresses,
-    relay_scheme,
 )
+from ..rendezvous.urls import parse_relay_url, relay_addresses, relay_scheme
+from ..util.retry import retry_until
 from ..wire.relay_protocol import Kind, encode
 from .hash_ring import HashRing
 from .node_connection import NodeConnection, Pending, SharedObjectError
@@ -135,18 +135,16 @@ class DsoClient:
                 if lost is None or current is not lost:
                     return False
                 lost.fail(SharedObjectError("lost the connection (did the node restart?)", "lost", url))
-            deadline = time.monotonic() + within
-            while True:
-                try:
-                    node = NodeConnection(*self._by_key[key], self.job, self._token, self.connect_timeout, self.scheme)
-                    break
-                except RelayError as exc:
-                    if exc.code not in _NODE_COMING_BACK or time.monotonic() >= deadline:
-                        self._gone[key] = SharedObjectError(
-                            f"lost relay node {url}, and it did not come back within {within:g} s ({exc})", "lost"
-                        )
-                        raise self._gone[key] from None
-                    time.sleep(0.1)
+            try:
+                node = retry_until(
+                    lambda: NodeConnection(*self._by_key[key], self.job, self._token, self.connect_timeout, self.scheme),
+                    time.monotonic() + within, 0.1, lambda exc: isinstance(exc, RelayError) and exc.code in _NODE_COMING_BACK,
+                )
+            except RelayError as exc:
+                self._gone[key] = SharedObjectError(
+                    f"lost relay node {url}, and it did not come back within {within:g} s ({exc})", "lost"
+                )
+                raise self._gone[key] from None
             with self._lock:
                 if self._nodes.get(key) is not current:  # (a first connection made meanwhile by ``_node``)
                     node.close()
@@ -463,19 +461,19 @@ class DsoHost:
             if self._closed:
                 return
             self._on_event(f"lost relay node {url}; hosting job {self.job} there again when it is back")
-            while not self._closed:
-                try:
-                    conn = self._host(url)
-                except (RelayError, OSError):
-                    time.sleep(0.1)
-                    continue
-                with self._lock:
-                    if self._closed:
-                        conn.close()
-                        return
-                    self.conns[url] = conn
-                self._on_event(f"relay node {url} is back and hosts job {self.job} again")
-                break
+
+            def attempt(url: str = url) -> RelayConnection | None:
+                return None if self._closed else self._host(url)
+
+            back = retry_until(attempt, math.inf, 0.1, lambda exc: isinstance(exc, (RelayError, OSError)))
+            if back is None:
+                return
+            with self._lock:
+                if self._closed:
+                    back.close()
+                    return
+                self.conns[url] = back
+            self._on_event(f"relay node {url} is back and hosts job {self.job} again")
 
     def _each(self) -> list[RelayConnection]:
         with self._lock:

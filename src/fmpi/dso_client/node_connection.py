@@ -18,14 +18,13 @@ from typing import Any, Callable
 
 from ..rendezvous.relay_connection import Aborted, RelayConnection, RelayError
 from ..util.byteparts import sendmsg_all
+from ..wire.frame_reader import FrameReader
 from ..wire.relay_protocol import (
-    HEADER_SIZE,
     MAX_SERVER_FRAME,
     Kind,
     ProtocolError,
     decode_body,
     decode_dso,
-    decode_header,
     dso_head,
 )
 
@@ -107,10 +106,8 @@ class NodeConnection:
         self._calls: dict[int, Pending] = {}
         self.dead: SharedObjectError | None = None
         # receive state, kept across reads that time out mid-frame
-        self._head = bytearray(conn.take_buffer())  # empty: the relay sends nothing before a call
-        self._body: bytearray | None = None
-        self._kind: Kind | None = None
-        self._got = 0
+        self._reader = FrameReader(MAX_REPLY_FRAME)  # kept across reads that time out mid-frame
+        self._reader.feed(conn.take_buffer())  # (empty: the relay sends nothing before a call)
 
     # ---------------------------------------------------------------- sending
     def start(self, meta: dict[str, Any], payload: Any, deadline: float | None, convert=None) -> Pending:
@@ -168,40 +165,28 @@ class NodeConnection:
         pending.done = True
 
     def _read_frame(self, deadline: float | None, pending: Pending) -> None:
+        """Read until one whole frame is in, and act on it (or until `pending` is done: timed out)."""
         try:
-            if self._body is None:
-                while len(self._head) < HEADER_SIZE:
-                    self._recv_wait(deadline, pending)
-                    if pending.done:
-                        return
-                    chunk = self._recv(HEADER_SIZE - len(self._head))
-                    if not chunk:
-                        raise ConnectionError("the relay closed the connection")
-                    self._head += chunk
-                self._kind, length = decode_header(bytes(self._head), MAX_REPLY_FRAME)
-                self._body, self._got = bytearray(length), 0
-            view = memoryview(self._body)
-            while self._got < len(view):
+            while (frame := self._reader.next()) is None:
                 self._recv_wait(deadline, pending)
                 if pending.done:
                     return
-                n = self._recv(view[self._got :])
+                with self._reader.buffer() as room:  # (a large reply's body is read straight into its buffer)
+                    n = self._recv_into(room)
                 if not n:
                     raise ConnectionError("the relay closed the connection")
-                self._got += n
+                self._reader.advance(n)
         except (OSError, ProtocolError) as exc:
             self._die(SharedObjectError(f"lost the connection: {exc}", "lost", self.url))
             return
-        kind, body = self._kind, self._body
-        self._head, self._body, self._kind = bytearray(), None, None
-        self._dispatch(kind, body)
+        self._dispatch(*frame)
 
-    def _recv(self, want: int | memoryview) -> Any:
-        """recv(n) or recv_into(view); over TLS, under the lock that keeps OpenSSL to one thread."""
+    def _recv_into(self, room: memoryview) -> int:
+        """recv_into; over TLS, under the lock that keeps OpenSSL to one thread."""
         if self._tls_lock is None:
-            return self.sock.recv(want) if isinstance(want, int) else self.sock.recv_into(want)
+            return self.sock.recv_into(room)
         with self._tls_lock:
-            return self.sock.recv(want) if isinstance(want, int) else self.sock.recv_into(want)
+            return self.sock.recv_into(room)
 
     def _recv_wait(self, deadline: float | None, pending: Pending) -> None:
         if self._tls_lock is not None and self.sock.pending():

@@ -17,8 +17,9 @@ import sys
 import time
 from typing import Any
 
-from ..rendezvous.redis_connect import is_redis_url
-from ..rendezvous.relay_connection import RelayConnection, RelayError, observe
+from .. import rendezvous
+from ..rendezvous.relay_connection import RelayError
+from ..rendezvous.urls import parse
 from .process_state import TLS_CA_VARIABLE, write_ca
 
 RELAY_TIMEOUT = 5.0  # seconds for the relay check: a rank's own connect would wait as long
@@ -52,23 +53,12 @@ def check_relay(url: str, tls_ca: str | None) -> dict[str, Any]:
         os.environ[TLS_CA_VARIABLE] = write_ca(tls_ca)
     t0 = time.monotonic()
     try:
-        if is_redis_url(url):
-            from ..rendezvous.redis_connect import connect
-
-            client = connect(url, timeout=RELAY_TIMEOUT)
-            try:
-                client.ping()
-            finally:
-                client.close()
-            return {"relay_seconds": round(time.monotonic() - t0, 3)}
-        conn = RelayConnection(url, timeout=RELAY_TIMEOUT)
-        try:
-            observed, probe_port = observe(conn, RELAY_TIMEOUT)
-        finally:
-            conn.close()
-        answer: dict[str, Any] = {"relay_seconds": round(time.monotonic() - t0, 3), "observed": list(observed)}
-        if probe_port:
-            answer["probe"] = _reachable(conn_host(url), probe_port)
+        found = rendezvous.check(url, RELAY_TIMEOUT)
+        answer: dict[str, Any] = {"relay_seconds": round(time.monotonic() - t0, 3)}
+        if "observed" in found:
+            answer["observed"] = list(found["observed"])
+        if found.get("probe_port"):
+            answer["probe"] = _reachable(parse(url).first[0], found["probe_port"])
         return answer
     except (RelayError, OSError) as exc:
         return {"relay_error": str(exc)}
@@ -79,12 +69,6 @@ def check_relay(url: str, tls_ca: str | None) -> dict[str, Any]:
             os.environ.pop(TLS_CA_VARIABLE, None)
         else:
             os.environ[TLS_CA_VARIABLE] = saved
-
-
-def conn_host(url: str) -> str:
-    from ..rendezvous.relay_connection import parse_relay_url
-
-    return parse_relay_url(url)[0]
 
 
 def _reachable(host: str, port: int) -> bool:

@@ -27,11 +27,11 @@ from ..rank.spec import (
     RankSpec,
     SpecError,
     check_relay_url,
-    display_url,
     token_in_environment,
 )
 from ..relay_server.server import RelayThread
 from ..rendezvous.relay_connection import RelayError
+from ..rendezvous.urls import display_url
 from . import bytecode, closed_output, relaunch
 from .cli_options import build_parser, listen_address
 from .job import Job, failure_status, log

@@ -1,7 +1,8 @@
 """The launcher's view of a job: create it at the relay and follow its events.
 
-The relay is fmpi-relay (tcp://) or Redis (redis://, through ``RedisJob``);
-both feed the same ``JobState``, so the backends cannot tell them apart.
+Whatever the relay URL names (fmpi-relay, Redis, an in-process store), a
+``JobControl`` from ``rendezvous.job_control`` creates the job and feeds
+the same ``JobState``, so the backends cannot tell them apart.
 """
 
 from __future__ import annotations
@@ -9,21 +10,13 @@ from __future__ import annotations
 import secrets
 import sys
 import threading
-import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
-from .. import settings
-from ..rank.spec import RankSpec, display_url
-from ..rendezvous.redis import RedisJob
-from ..rendezvous.redis_connect import is_redis_url
-from ..rendezvous.relay_connection import (
-    Aborted,
-    RelayConnection,
-    RelayError,
-    open_with,
-)
-from ..wire.relay_protocol import Kind
+from .. import rendezvous, settings
+from ..rank.spec import RankSpec
+from ..rendezvous.relay_connection import Aborted, RelayError
+from ..rendezvous.urls import display_url
 from .link_table import LinkTable
 
 
@@ -81,53 +74,10 @@ class Job:
         self._on_event = on_event
         self._closed = False
         self.on_change: Callable[[], None] | None = None  # called after every state change
-        self._redis: RedisJob | None = None
-        if is_redis_url(relay_url):
-            self._created = time.monotonic()
-            self._redis = RedisJob(relay_url, self.id, self.token, size, fill_timeout, self._on_redis_event)
-            return
         # A relay that restarts mid-job gets the job again (resume) if it is back within this long.
-        self._rejoin_within = 0.0 if embedded_relay else settings.current().relay_rejoin
-        self._conn = self._create()
-        self._thread = threading.Thread(target=self._follow, name="fmpi-job-events", daemon=True)
-        self._thread.start()
-
-    def _create(self, resume: dict | None = None) -> RelayConnection:
-        """CREATE the job at the relay (again, with `resume`, after the relay restarted)."""
-        body = {"job": self.id, "token": self.token, "size": self.size, "fill_timeout": self.fill_timeout}
-        if resume is not None:
-            body["resume"] = resume
-        return open_with(self.relay_url, Kind.CREATE, body, 10.0)
-
-    def _resume(self, lost: RelayError) -> bool:
-        """The relay connection broke mid-job: wait for the relay to come back and re-create the job there.
-
-        A restarted fmpi-relay knows nothing of the job. Created again with
-        every rank's incarnation, it takes the live ranks back (they rejoin on
-        their own) and the job carries on; see docs/troubleshooting.md.
-        """
-        within = self._rejoin_within
-        if within <= 0 or lost.code != "lost" or self.state.world_seconds is None:
-            return False  # (before the world is out, ranks cannot rejoin: let the job fail)
-        url = display_url(self.relay_url)
-        log(f"lost the relay at {url} ({lost}); waiting up to {within:g} s for it to come back")
-        deadline = time.monotonic() + within
-        with self._cond:
-            finished = {str(r): c for r, c in self.state.finished.items()}
-            incarnations = {str(r): self.state.incarnations.get(r, "") for r in range(self.size) if str(r) not in finished}
-        resume = {"incarnations": incarnations, "finished": finished, "rejoin_timeout": within}
-        while not self._closed and time.monotonic() < deadline:
-            try:
-                self._conn = self._create(resume)
-            except RelayError as exc:
-                if exc.code not in ("unreachable", "lost", "timeout"):
-                    log(f"the relay at {url} came back but refused the job: {exc}")
-                    return False
-                time.sleep(0.2)
-                continue
-            log(f"the relay at {url} is back; the job resumed there")
-            return True
-        return False
+        rejoin_within = 0.0 if embedded_relay else settings.current().relay_rejoin
+        self._control = rendezvous.job_control(relay_url, rejoin_within)
+        self._control.create(self.id, self.token, size, fill_timeout, self)
 
     def spec(self, rank: int) -> RankSpec:
         return RankSpec(
@@ -137,10 +87,7 @@ class Job:
 
     def abort(self, code: int, reason: str) -> None:
         try:
-            if self._redis is not None:
-                self._redis.abort(code, reason)
-            else:
-                self._conn.send(Kind.ABORT, {"code": code, "reason": reason})
+            self._control.abort(code, reason)
         except RelayError:
             pass
         except Exception as exc:  # noqa: BLE001 - a redis-py error: the ranks are killed anyway
@@ -151,68 +98,40 @@ class Job:
         if self._closed:
             return
         self._closed = True
-        if self._redis is not None:
-            try:
-                self._redis.end()
-            except Exception as exc:  # noqa: BLE001 - the keys' TTL removes them later
-                log(f"could not delete job {self.id} from {display_url(self.relay_url)} (its keys expire on their own): {exc}")
-            return
         try:
-            self._conn.send(Kind.END, {"job": self.id})
-        except RelayError:
-            pass
-        self._conn.close()
+            self._control.end()
+        except Exception as exc:  # noqa: BLE001 - Redis: the keys' TTL removes them later
+            log(f"could not delete job {self.id} from {display_url(self.relay_url)} (its keys expire on their own): {exc}")
 
     def wait(self, predicate: Callable[[JobState], bool], timeout: float | None) -> bool:
         with self._cond:
             return self._cond.wait_for(lambda: predicate(self.state), timeout)
 
-    def _follow(self) -> None:
-        while True:
-            try:
-                kind, body = self._conn.recv(timeout=None)
-            except Aborted as exc:
-                self._update(lambda s, exc=exc: s.aborts.append(exc))
-                continue
-            except RelayError as exc:
-                if self._closed or any(a.by_relay for a in self.state.aborts):
-                    return  # (a relay that ended the job hangs up next: not a failure of its own)
-                if self._resume(exc):
-                    continue
-                self._update(lambda s, exc=exc: setattr(s, "failure", exc))
-                return
-            except OSError:
-                return
-            if kind is not Kind.EVENT:
-                continue
-            kind_name = body.get("type")
-            if kind_name == "output" and self._on_output is not None:
-                self._on_output(body["rank"], body["stream"], body["data"])
-                continue
-            self._update(lambda s: _apply(s, kind_name, body))
-            if self._on_event is not None:
-                self._on_event(kind_name, body)
-
-    def _on_redis_event(self, kind: str, body: dict) -> None:
-        """An event from the job's Redis list (RedisJob's thread): the same effects as fmpi-relay's frames."""
-        if kind == "abort":
-            exc = Aborted.from_body(body)
-            self._update(lambda s: s.aborts.append(exc))
-            return
-        if kind == "error":
-            failure = RelayError(str(body.get("message", "the job failed")), str(body.get("code", "error")), body)
-            if not self._closed:
-                self._update(lambda s: setattr(s, "failure", failure))
-            return
+    # ------------------------------------------ JobEvents (the JobControl's thread)
+    def event(self, kind: str, body: dict[str, Any]) -> None:
         if kind == "output":
             if self._on_output is not None:
                 self._on_output(body["rank"], body["stream"], body["data"])
             return
-        if kind == "world":  # Redis has no monotonic clock of ours: time it here
-            body = {**body, "seconds": round(time.monotonic() - self._created, 6)}
         self._update(lambda s: _apply(s, kind, body))
         if self._on_event is not None:
             self._on_event(kind, body)
+
+    def aborted(self, exc: Aborted) -> None:
+        self._update(lambda s: s.aborts.append(exc))
+
+    def failed(self, exc: RelayError) -> None:
+        if not self._closed:
+            self._update(lambda s: setattr(s, "failure", exc))
+
+    def resume_state(self) -> dict[str, Any] | None:
+        """What a restarted relay needs to take the job back: every live rank's incarnation, who finished."""
+        with self._cond:
+            if self.state.world_seconds is None:
+                return None  # (before the world is out, ranks cannot rejoin)
+            finished = {str(r): c for r, c in self.state.finished.items()}
+            incarnations = {str(r): self.state.incarnations.get(r, "") for r in range(self.size) if str(r) not in finished}
+        return {"incarnations": incarnations, "finished": finished}
 
     def _update(self, change: Callable[[JobState], None]) -> None:
         with self._cond:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..rendezvous.redis_connect import is_redis_url
-from ..rendezvous.relay_connection import relay_addresses
+from ..rendezvous.urls import FMPI_RELAY, parse
 
 if TYPE_CHECKING:
     from ..dso_client.client import DsoHost
@@ -16,10 +15,11 @@ def host_objects(job: Job, relay_url: str) -> DsoHost | None:
     """With several relays (tcp://a:7000,b:7000) the job is created on the first; the others must host
     its shared objects too (server-side collectives shard them over all): a ``DsoHost`` for as long as
     the job runs (``end()`` it with the job), or None with one relay (or Redis)."""
-    if is_redis_url(relay_url) or len(relay_addresses(relay_url)) < 2:
+    url = parse(relay_url)
+    if url.kind != FMPI_RELAY or len(url.addresses) < 2:
         return None
     from ..dso_client.client import DsoHost
     from .job import log
 
-    first = "tcp://{}:{}".format(*relay_addresses(relay_url)[0])
+    first = "tcp://{}:{}".format(*url.first)
     return DsoHost(relay_url, job.id, job.token, skip=[first], on_event=log)

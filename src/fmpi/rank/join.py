@@ -13,50 +13,40 @@ send their SYNs. A rank behind a NAT also connects from that port to the
 relay's probe port: a different observed port means a symmetric NAT, and
 its peers skip punching it.
 
-With a ``redis://`` relay, Redis is the rendezvous (``rendezvous/redis``)
-and an in-process bridge (``redis_relay/bridge``) stands in for the relay
-connection, so the transport runs unchanged.
+Which service is the rendezvous (fmpi-relay, Redis, an in-process store)
+is the URL's business: ``rendezvous.connect`` picks the backend, and after
+the world it hands over a carrier socket that speaks the relay protocol
+whatever the backend, so the transport runs unchanged.
 """
 
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from .. import rendezvous
 from ..natpunch.sockets import bind_reusable, make_listener
-from ..rendezvous.redis_connect import is_redis_url
-from ..rendezvous.relay_connection import (
-    Aborted,
-    PeerInfo,
-    RelayConnection,
-    RelayError,
-    observe,
-    probe_mapping,
-    register,
-    route_source_ip,
-    wait_world,
-)
+from ..rendezvous.protocols import Carrier, Registered, Rendezvous
+from ..rendezvous.relay_connection import Aborted, PeerInfo, RelayError
+from ..rendezvous.urls import REDIS, display_url, parse
 from ..transport.engine import Engine
 from ..transport.options import TransportOptions
 from ..transport.requests import TransportError
 from ..transport.routes import PeerAddress, plan_routes
+from ..util.retry import retry_until
 from ..wire.relay_protocol import Kind, abort_body
-from .spec import RankSpec, SpecError, display_url
-
-if TYPE_CHECKING:
-    from ..redis_relay.bridge import RedisBridge
+from .spec import RankSpec, SpecError
 
 
 class RankSession:
     """A rank that has joined its job: its transport plus its control line to the relay.
 
-    `relay`: the registered connection to fmpi-relay, or the engine's end of
-    a ``RedisBridge`` (which `bridge` then serves); the engine cannot tell.
+    `carrier`: what the rendezvous handed over after the world (the
+    registered connection to fmpi-relay, or the engine's end of an
+    in-process bridge); the engine cannot tell.
     """
 
     def __init__(
@@ -65,26 +55,24 @@ class RankSession:
         rank: int,
         size: int,
         engine: Engine,
-        relay: RelayConnection | socket.socket,
-        bridge: "RedisBridge | None" = None,
-        registration: "Registration | None" = None,
+        carrier: Carrier,
+        rendezvous: Rendezvous | None = None,
+        registration: Registered | None = None,
     ) -> None:
         self.spec = spec
         self.rank = rank
         self.size = size
         self.engine = engine
-        self._bridge = bridge
+        self._settle = carrier.settle
         self._closed = False
-        # How this rank registered at fmpi-relay, to register again if the relay restarts (None: Redis).
+        # How this rank registered, to register again if the relay restarts.
+        self._rendezvous = rendezvous
         self._registration = registration
         self._rejoined = threading.Event()
         self._rejoined.set()  # cleared while the rank waits for a restarted relay
         # Barrier and allreduce done by the relay itself (collectives/server_side.py); connects on first use.
         self.server_collectives = server_collectives(spec)
-        if isinstance(relay, RelayConnection):
-            engine.attach_relay(relay.sock, self, relay.take_buffer())
-        else:
-            engine.attach_relay(relay, self)
+        engine.attach_relay(carrier.sock, self, carrier.pending)
 
     def send_to_relay(self, kind: Kind, body: dict) -> None:
         try:
@@ -121,10 +109,10 @@ class RankSession:
         if channel is not None:
             channel.send_control(Kind.ABORT, abort_body(code, reason, cause))
             channel.drain(2.0)
-            if self._bridge is not None:
-                # The kernel delivers a TCP socket's last frames after we exit; a
-                # bridge thread dies with the process, so let it pass them on first.
-                self._bridge.settle(channel.bytes_out, 2.0)
+            if self._settle is not None:
+                # The kernel delivers a TCP socket's last frames after we exit; an
+                # in-process bridge dies with the process, so let it pass them on first.
+                self._settle(channel.bytes_out, 2.0)
         _exit_now(code)
 
     # --------------------------------------------- relay events (progress thread)
@@ -145,7 +133,7 @@ class RankSession:
         if self._closed:
             return
         within = self.engine.options.relay_rejoin
-        if self._registration is not None and within > 0:
+        if self._rendezvous is not None and self._rendezvous.can_rejoin and within > 0:
             # It may be restarting: wait for it (off the progress thread, which keeps the direct links going).
             self._rejoined.clear()
             threading.Thread(target=self._rejoin, args=(error, within), name="fmpi-rejoin", daemon=True).start()
@@ -161,33 +149,30 @@ class RankSession:
 
     def _rejoin(self, error: Exception, within: float) -> None:
         """Register again at the restarted relay (the launcher re-creates the job there first)."""
-        reg = self._registration
-        assert reg is not None
-        deadline = time.monotonic() + within
+        assert self._rendezvous is not None and self._registration is not None
+        reg, again = self._registration, self._rendezvous.rejoin
         url = display_url(self.spec.relay)
         print(f"fmpi: rank {self.rank}: lost the relay at {url} ({error}); waiting up to {within:g} s for it", file=sys.stderr)
-        while not self._closed:
-            try:
-                # From a new port: the old connection's (from the shared port) may linger in the kernel.
-                relay = RelayConnection(self.spec.relay, timeout=2.0)
-            except RelayError:
-                relay = None  # not listening (yet)
-            if relay is not None:
-                try:
-                    register(relay, self.spec.job, self.spec.token, self.rank, self.spec.incarnation, [reg.local], 5.0,
-                             reg.probe, rejoin_as=reg.observed)
-                except (RelayError, OSError) as exc:
-                    relay.close()
-                    if getattr(exc, "code", "") not in ("unknown_job", "lost", "timeout", "unreachable"):
-                        self._give_up(f"the restarted relay at {url} refused this rank: {exc}")
-                else:
-                    self.engine.replace_relay(relay.sock, relay.take_buffer())
-                    self._rejoined.set()
-                    print(f"fmpi: rank {self.rank}: rejoined the job at {url}", file=sys.stderr)
-                    return
-            if time.monotonic() >= deadline:
+
+        def not_back(exc: Exception) -> bool:
+            return isinstance(exc, (RelayError, OSError)) and getattr(exc, "code", "") in NOT_BACK
+
+        def attempt() -> Carrier | None:
+            return None if self._closed else again(reg, 5.0)
+
+        try:
+            carrier = retry_until(attempt, time.monotonic() + within, REJOIN_RETRY, not_back)
+        except (RelayError, OSError) as exc:
+            if not_back(exc):
                 self._give_up(f"lost the relay at {url} ({error}), and it did not come back within {within:g} s")
-            time.sleep(REJOIN_RETRY)
+            else:
+                self._give_up(f"the restarted relay at {url} refused this rank: {exc}")
+            return
+        if carrier is None or self._closed:
+            return
+        self.engine.replace_relay(carrier.sock, carrier.pending)
+        self._rejoined.set()
+        print(f"fmpi: rank {self.rank}: rejoined the job at {url}", file=sys.stderr)
 
     def link_event(self, info: dict[str, Any]) -> None:
         # Each link is reported once, by its lower rank (its higher rank says the same).
@@ -195,17 +180,10 @@ class RankSession:
             self.send_to_relay(Kind.LINK, info)
 
 
-@dataclass(frozen=True)
-class Registration:
-    """What a rank registered with at fmpi-relay: to register the same way at a restarted relay."""
-
-    local: tuple[str, int]  # the shared port (relay connection, listener, punching)
-    observed: tuple[str, int]  # where the relay saw it; peers still punch there
-    probe: tuple[str, int] | None
-
-
 # A restarted relay is retried this often (until the launcher has re-created the job there).
 REJOIN_RETRY = 0.2
+# What a relay that is not (fully) back answers: try again.
+NOT_BACK = ("unknown_job", "lost", "timeout", "unreachable")
 
 
 def server_collectives(spec: RankSpec):
@@ -215,7 +193,7 @@ def server_collectives(spec: RankSpec):
     Made for every rank alike (the table uses it only when the job is
     relayed); nothing connects until a collective uses it.
     """
-    if is_redis_url(spec.relay):
+    if parse(spec.relay).kind == REDIS:
         from ..redis_relay.collectives import RedisCollectives
 
         return RedisCollectives(spec.relay, spec.job)
@@ -245,75 +223,31 @@ def join(spec: RankSpec, connect_timeout: float = 10.0, options: TransportOption
         except ValueError as exc:
             raise SpecError(str(exc)) from None
     deadline = time.monotonic() + spec.fill_timeout
-    if is_redis_url(spec.relay):
-        return _join_redis(spec, options, connect_timeout, deadline)
+    meeting = rendezvous.connect(spec.relay, spec.job, spec.token)
     # Listen on the interface that reaches the relay: loopback for a local
     # job, the LAN (or function) address when ranks span machines.
-    local_ip = route_source_ip(spec.relay)
+    local_ip = meeting.local_ip()
     shared = bind_reusable(local_ip, 0)
     port = shared.getsockname()[1]
-    relay = RelayConnection(spec.relay, timeout=connect_timeout, sock=shared)
     listener = None
     try:
-        observed, probe_port = observe(relay, connect_timeout)
-        probe = None
-        if observed != (local_ip, port) and probe_port is not None:
-            probe = probe_mapping(spec.relay, probe_port, bind_reusable(local_ip, port))
+        meeting.open(shared, connect_timeout)
         listener = make_listener(local_ip, port)
-        rank, size, observed = register(
-            relay, spec.job, spec.token, spec.rank, spec.incarnation, [(local_ip, port)], connect_timeout, probe
-        )
-        registration = Registration((local_ip, port), observed, probe)
-        peers = wait_world(relay, deadline)
+        registered = meeting.register(spec.rank, spec.incarnation, connect_timeout)
+        peers = meeting.wait_world(deadline)
+        carrier = meeting.carrier()
     except BaseException:
-        relay.close()
+        meeting.close()
         if listener is not None:
             listener.close()
         raise
     world = _addresses(peers)
     table = {r: list(a.endpoints) for r, a in world.items()}
     engine = Engine(
-        rank, size, spec.token.encode(), lambda r: table[r], listener,
-        options=options, routes=plan_routes(rank, world), local_addr=(local_ip, port),
+        registered.rank, registered.size, spec.token.encode(), lambda r: table[r], listener,
+        options=options, routes=plan_routes(registered.rank, world), local_addr=(local_ip, port),
     )
-    return RankSession(spec, rank, size, engine, relay, registration=registration)
-
-
-def _join_redis(spec: RankSpec, options: TransportOptions, connect_timeout: float, deadline: float) -> RankSession:
-    """``join`` with Redis as the rendezvous and the relay (see redis_relay/bridge.py)."""
-    from ..redis_relay.bridge import RedisBridge
-    from ..rendezvous.redis import RedisRank
-    from ..rendezvous.redis_connect import source_ip
-
-    local_ip = source_ip(spec.relay)
-    # The shared port, as with fmpi-relay: the registration connection is made
-    # from it, so the address Redis sees is the one peers punch to.
-    shared = bind_reusable(local_ip, 0)
-    port = shared.getsockname()[1]
-    listener = member = None
-    try:
-        member = RedisRank(spec.relay, spec.job, spec.token, source=(local_ip, port))
-        listener = make_listener(local_ip, port)
-        rank, size = member.register(spec.rank, spec.incarnation, [(local_ip, port)])
-        peers = member.wait_world(deadline)
-    except BaseException:
-        if member is not None:
-            for client in member.hand_over():
-                client.close()
-        if listener is not None:
-            listener.close()
-        raise
-    finally:
-        shared.close()
-    world = _addresses(peers)
-    table = {r: list(a.endpoints) for r, a in world.items()}
-    engine = Engine(
-        rank, size, spec.token.encode(), lambda r: table[r], listener,
-        options=options, routes=plan_routes(rank, world), local_addr=(local_ip, port),
-    )
-    bridge = RedisBridge(member)
-    bridge.start()
-    return RankSession(spec, rank, size, engine, bridge.engine_end, bridge)
+    return RankSession(spec, registered.rank, registered.size, engine, carrier, meeting, registered)
 
 
 def _addresses(peers: list[PeerInfo]) -> dict[int, PeerAddress]:

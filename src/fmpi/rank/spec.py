@@ -8,14 +8,11 @@ here, so a malformed one fails with one clear message before any I/O.
 from __future__ import annotations
 
 import os
-import re
 import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
-from ..rendezvous.redis_connect import check_url as check_redis_url
-from ..rendezvous.redis_connect import is_redis_url, safe_url
-from ..rendezvous.relay_connection import parse_relay_url
+from ..rendezvous.urls import parse
 from ..transport.options import CHANNELS
 
 ENV_PREFIX = "FMPI_"
@@ -26,33 +23,11 @@ class SpecError(ValueError):
     """A rank specification (environment or event) is missing or invalid."""
 
 
-def _without_password(url: str) -> str:
-    """`url` with any user:password@ part replaced (a mistyped scheme must not print a password)."""
-    return re.sub(r"//[^/@]*@", "//***@", url, count=1)
-
-
 def check_relay_url(url: str) -> None:
     """Raise ValueError unless `url` names a relay: tcp://host:port (fmpi-relay), several of them
     (tcp://a:7000,b:7000: the job's rendezvous on the first, its shared objects sharded over all),
-    or redis[s]://[:password@]host:port/db."""
-    if is_redis_url(url):
-        check_redis_url(url)
-    elif not url.startswith(("tcp://", "tls://")):
-        raise ValueError(
-            f"unsupported relay URL {_without_password(url)!r}: expected tcp://host:port (fmpi-relay) or redis://[:password@]host:port/db (tls://host:port: fmpi-relay with TLS)"
-            " (several fmpi-relays: tcp://a:7000,b:7000)"
-        )
-    else:
-        for part in url.split("://", 1)[1].split(","):  # (urllib's own words for a bad port name no URL)
-            _, colon, port = part.partition("/")[0].rpartition(":")
-            if colon and port and not (port.isdigit() and 0 < int(port) <= 65535):
-                raise ValueError(f"relay URL {url!r}: the port must be a number 1-65535, not {port!r}")
-        parse_relay_url(url)
-
-
-def display_url(url: str) -> str:
-    """`url` as it may be printed: a Redis password is left out."""
-    return safe_url(url) if is_redis_url(url) else url
+    redis[s]://[:password@]host:port/db, or memory://NAME (in-process, tests); see rendezvous/urls.py."""
+    parse(url)
 
 
 def slot_in_environment(env: Mapping[str, str] = os.environ) -> str:

@@ -54,10 +54,12 @@ from typing import Any
 
 import numpy as np
 
-from ..collectives.options import split_even
-from ..rendezvous.redis import DEFAULT_TTL
-from ..rendezvous.redis_connect import explain, safe_url
+from ..rendezvous.redis_connect import explain
+from ..rendezvous.redis_keys import DEFAULT_TTL
 from ..rendezvous.relay_connection import RelayError
+from ..rendezvous.urls import safe_url
+from ..util.ranges import split_even
+from ..wire.reduce_ops import ufunc as ufunc_of
 
 KEEP = 8  # completed rounds per communicator whose result a late retry still gets
 SMALL_MAX = 64 << 10  # N x vector bytes up to which every rank gets all contributions
@@ -273,8 +275,6 @@ class RedisCollectives:
         self, comm_key: str, round: int, rank: int, size: int, send: np.ndarray, op: str, out: np.ndarray,
         deadline: float | None = None,
     ) -> None:
-        from ..relay_server.dso.objects import ufunc as ufunc_of
-
         ufunc = ufunc_of(op)
         src = np.ascontiguousarray(send).reshape(-1)
         flat = out.reshape(-1)

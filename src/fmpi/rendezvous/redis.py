@@ -17,43 +17,27 @@ Every key has a TTL, and the launcher deletes the whole job when it ends, so
 nothing is left behind in the user's Redis. The address Redis sees a rank's
 connection come from (``CLIENT INFO``) is its observed public endpoint.
 
-Connections (URL checks, the rank's bound connection, Redis Cluster routing)
-are made in ``redis_connect.py``.
+Connections (the rank's bound connection, Redis Cluster routing) are made in
+``redis_connect.py``; key names are in ``redis_keys.py``. ``RedisRendezvous``
+and ``RedisJobControl`` (``redis_backend.py``) put these behind the
+rendezvous protocols.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
 import time
 from typing import Any, Callable
 
 from ..util.ranges import describe_ranks
+from ..wire.errors import Aborted, RelayError
 from ..wire.relay_protocol import abort_body
-from .redis_connect import connect, explain, safe_url
-from .relay_connection import Aborted, PeerInfo, RelayError
-
-DEFAULT_TTL = 24 * 3600  # seconds a job's keys may outlive a launcher that vanished
-
-
-def _keys(job: str) -> dict[str, str]:
-    base = f"fmpi:{{{job}}}"
-    return {
-        "meta": f"{base}:meta", "members": f"{base}:members", "events": f"{base}:events", "inbox": f"{base}:inbox:",
-        "mbox": f"{base}:mbox:", "finished": f"{base}:finished",
-    }
-
-
-def job_pattern(job: str) -> str:
-    """The SCAN pattern of every key of `job`."""
-    return f"fmpi:{{{job}}}:*"
-
-
-def _token_hash(token: str) -> str:
-    # Redis is the user's server, maybe shared: store a digest, never the secret.
-    return hashlib.sha256(token.encode()).hexdigest()
-
+from .redis_connect import connect, explain
+from .redis_keys import DEFAULT_TTL, job_pattern, token_hash
+from .redis_keys import keys as _keys
+from .relay_connection import PeerInfo
+from .urls import safe_url
 
 # KEYS: meta, members, events. ARGV: inbox prefix, token hash, rank (-1 = any), record json, ttl
 _REGISTER = """
@@ -136,7 +120,7 @@ class RedisJob:
         self._events_conn = connect(url, job=job)  # BLPOP blocks its connection
         self._on_event = on_event
         self._notify = self._redis.register_script(_NOTIFY_ALL)
-        created = self._redis.hsetnx(self._keys["meta"], "token", _token_hash(token))
+        created = self._redis.hsetnx(self._keys["meta"], "token", token_hash(token))
         if not created:
             raise RelayError(f"job {job!r} already exists in this Redis", "job_exists")
         self._redis.hset(self._keys["meta"], mapping={"size": size, "state": "filling"})
@@ -201,16 +185,19 @@ class RedisJob:
 class RedisRank:
     """Rank side: register, wait for the world, then hear aborts and job failures on the rank's inbox."""
 
-    def __init__(self, url: str, job: str, token: str, source: tuple[str, int] | None = None) -> None:
+    def __init__(
+        self, url: str, job: str, token: str, source: tuple[str, int] | None = None, timeout: float = 10.0
+    ) -> None:
         self.url, self.job = url, job
         self._token = token
         self._keys = _keys(job)
-        self._redis = connect(url, source=source, job=job)
+        self._redis = connect(url, timeout, source=source, job=job)
         self._inbox_conn = connect(url, job=job)
         self._register = self._redis.register_script(_REGISTER)
         self._notify = self._redis.register_script(_NOTIFY_ALL)
         self.rank = -1
         self.size = 0
+        self.observed: tuple[str, int] | None = None  # where Redis saw the registration come from
         self._stop = threading.Event()
 
     def observed_address(self) -> tuple[str, int]:
@@ -221,12 +208,13 @@ class RedisRank:
     def register(self, rank: int, incarnation: str, endpoints: list[tuple[str, int]], ttl: int = DEFAULT_TTL) -> tuple[int, int]:
         import redis
 
+        self.observed = self.observed_address()
         record = json.dumps(
-            {"incarnation": incarnation, "endpoints": [list(e) for e in endpoints], "observed": list(self.observed_address())},
+            {"incarnation": incarnation, "endpoints": [list(e) for e in endpoints], "observed": list(self.observed)},
             separators=(",", ":"),
         )
         try:
-            self.rank = int(self._register(keys=self._list(), args=[self._keys["inbox"], _token_hash(self._token), rank, record, ttl]))
+            self.rank = int(self._register(keys=self._list(), args=[self._keys["inbox"], token_hash(self._token), rank, record, ttl]))
         except redis.ResponseError as exc:
             raise _refusal(exc) from None
         self.size = int(self._redis.hget(self._keys["meta"], "size"))

@@ -1,4 +1,4 @@
-"""Connecting to the Redis a job uses: URL checks, the rank's bound connection, Redis Cluster routing.
+"""Connecting to the Redis a job uses: the rank's bound connection, Redis Cluster routing.
 
 Redis Cluster: ``connect(url, job=J)`` asks the node in the URL ``INFO
 cluster``; on a cluster it looks up the master serving the slot of J's hash
@@ -21,35 +21,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .. import settings
-from .relay_connection import RelayError, local_ip_towards
-
-
-def is_redis_url(url: str) -> bool:
-    return urlsplit(url).scheme in ("redis", "rediss")
-
-
-def check_url(url: str) -> None:
-    """Raise ValueError unless `url` is redis://[:password@]host[:port][/db] (or rediss://)."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("redis", "rediss"):
-        raise ValueError(f"unsupported Redis URL {safe_url(url)!r}: expected redis://[:password@]host:port/db or rediss://...")
-    try:
-        parts.port
-    except ValueError:
-        raise ValueError(f"Redis URL {safe_url(url)!r} has an invalid port") from None
-    db = parts.path.strip("/")
-    if not parts.hostname or (db and not db.isdigit()):
-        raise ValueError(f"Redis URL {safe_url(url)!r} needs a host and an optional numeric db (redis://host:port/0)")
-
-
-def address(url: str) -> tuple[str, int]:
-    parts = urlsplit(url)
-    return parts.hostname or "localhost", parts.port or 6379
+from ..wire.errors import RelayError
+from .relay_connection import local_ip_towards
+from .urls import parse, safe_url, with_address
 
 
 def source_ip(url: str) -> str:
     """The local address this machine would use to reach the Redis server (no packet is sent)."""
-    host, port = address(url)
+    host, port = parse(url).first
     return local_ip_towards(host, port, f"Redis at {safe_url(url)}")
 
 
@@ -234,18 +213,11 @@ def _job_node(client: Any, url: str, job: str) -> str:
         if int(start) <= slot <= int(end):
             host = master[0].decode() if isinstance(master[0], bytes) else str(master[0])
             if host in ("", "?"):  # "the node you asked" / endpoint unknown
-                host = address(url)[0]
-            return _with_address(url, host, int(master[1]))
+                host = parse(url).first[0]
+            return with_address(url, host, int(master[1]))
     raise RelayError(
         f"the Redis Cluster at {safe_url(url)} has no node serving slot {slot} (job {job!r}): is cluster_state ok?", "unavailable"
     )
-
-
-def _with_address(url: str, host: str, port: int) -> str:
-    parts = urlsplit(url)
-    userinfo = parts.netloc.rpartition("@")[0]
-    hostport = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    return parts._replace(netloc=f"{userinfo}@{hostport}" if userinfo else hostport).geturl()
 
 
 def explain(exc: BaseException) -> str:
@@ -265,9 +237,8 @@ def _connect(url: str, timeout: float, source: tuple[str, int] | None):
         import redis
     except ImportError:
         raise RelayError("a redis:// relay needs redis-py: pip install 'fmpi[redis]'", "unavailable") from None
-    check_url(url)
+    tls = parse(url).tls  # (a bad URL: one clear ValueError)
     extra: dict[str, Any] = {}
-    tls = urlsplit(url).scheme == "rediss"
     if source is not None:
         extra["connection_class"] = _deadline_class(_bound_connection_class(source, tls))
     else:
@@ -283,7 +254,7 @@ def _connect(url: str, timeout: float, source: tuple[str, int] | None):
     except redis.RedisError as exc:
         if isinstance(exc, redis.ResponseError) and "cluster mode" in str(exc):  # SELECT of a db other than 0
             raise RelayError(
-                f"Redis at {safe_url(url)} is a Redis Cluster, which has only db 0: use {urlsplit(safe_url(url))._replace(path='/0').geturl()}",
+                f"Redis at {safe_url(url)} is a Redis Cluster, which has only db 0: use {safe_url(url).rpartition('/')[0]}/0",
                 "bad_url",
             ) from None
         if tls and "CERTIFICATE_VERIFY_FAILED" in str(exc):
@@ -294,14 +265,3 @@ def _connect(url: str, timeout: float, source: tuple[str, int] | None):
             raise RelayError(f"Redis at {safe_url(url)} did not answer within {timeout:g} s{hint}", "unreachable") from None
         raise RelayError(f"cannot reach Redis at {safe_url(url)}: {exc}{hint}", "unreachable") from None
     return client
-
-
-def safe_url(url: str) -> str:
-    """The URL without its password, for messages."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    try:
-        port = parts.port or 6379
-    except ValueError:
-        port = "?"
-    return f"{parts.scheme}://{host}:{port}{parts.path}"

@@ -10,105 +10,15 @@ from __future__ import annotations
 
 import socket
 import ssl
-import struct
 import time
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 from .. import settings
-from ..wire.relay_protocol import (
-    HEADER_SIZE,
-    MAX_SERVER_FRAME,
-    Kind,
-    ProtocolError,
-    abort_cause,
-    decode_body,
-    decode_header,
-    encode,
-)
-
-
-class RelayError(Exception):
-    """The relay refused a request, failed the job, or cannot be reached."""
-
-    def __init__(self, message: str, code: str = "error", details: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.details = details or {}
-
-
-class Aborted(RelayError):
-    """The job was aborted (by a rank or by the launcher).
-
-    ``cause``: what the aborting rank's failure was a consequence of, if it
-    said (``{"lost": R}``, ``{"aborted": True}``; see ``protocol.abort_cause``).
-    """
-
-    def __init__(
-        self, code: int, reason: str, rank: int | None, cause: dict[str, Any] | None = None, by_relay: bool = False
-    ) -> None:
-        who = "the relay" if by_relay else "the launcher" if rank is None else f"rank {rank}"
-        super().__init__(f"job aborted by {who}: {reason}", "aborted")
-        self.exit_code = code
-        self.reason = reason
-        self.rank = rank
-        self.cause = cause
-        self.by_relay = by_relay  # the relay itself ended the job (it is shutting down)
-
-    @classmethod
-    def from_body(cls, body: dict[str, Any]) -> "Aborted":
-        """From an ABORT frame's (or notice's) body."""
-        rank = body.get("rank")
-        return cls(int(body.get("code", 1)), str(body.get("reason", "")), rank if isinstance(rank, int) else None,
-                   abort_cause(body.get("cause")), body.get("by") == "relay")
-
-
-def parse_relay_url(url: str) -> tuple[str, int]:
-    """'tcp://host:port' -> (host, port), with one clear error for anything else.
-
-    Several relays, 'tcp://a:7000,b:7000' (shared objects sharded over all of
-    them): every address is checked, the first one is returned — the relay
-    that holds the job's rendezvous.
-    """
-    return relay_addresses(url)[0]
-
-
-def relay_addresses(url: str) -> list[tuple[str, int]]:
-    """'tcp://a:7000,b:7000' (or 'tcp://a:7000,tcp://b:7000') -> [(a, 7000), (b, 7000)]; one address is a list of one.
-
-    'tls://a:7000,b:7000': the same, every relay spoken to over TLS.
-    """
-    if "," not in url:
-        return [_parse_one(url)]
-    scheme = relay_scheme(url)
-    prefix = scheme + "://"
-    if not url.startswith(prefix):
-        raise ValueError(f"unsupported relay URL {url!r}: expected tcp://host:port[,host:port...] or tls://...")
-    out = []
-    for part in url[len(prefix) :].split(","):
-        part = part.strip()
-        if not part:
-            raise ValueError(f"relay URL {url!r} has an empty address")
-        out.append(_parse_one(part if part.startswith(prefix) else prefix + part))
-    if len(set(out)) != len(out):
-        raise ValueError(f"relay addresses repeat in {url!r}")
-    return out
-
-
-def relay_scheme(url: str) -> str:
-    """'tcp' or 'tls' (how the relay at `url` is spoken to)."""
-    return "tls" if url.strip().startswith("tls://") else "tcp"
-
-
-def _parse_one(url: str) -> tuple[str, int]:
-    parts = urlsplit(url)
-    if parts.scheme not in ("tcp", "tls"):
-        raise ValueError(f"unsupported relay URL {url!r}: expected tcp://host:port (or tls://host:port)")
-    if not parts.hostname or parts.port is None:
-        raise ValueError(f"relay URL {url!r} needs a host and a port ({parts.scheme or 'tcp'}://host:port)")
-    return parts.hostname, parts.port
-
+from ..wire.errors import Aborted, RelayError
+from ..wire.frame_reader import FrameReader
+from ..wire.relay_protocol import Kind, ProtocolError, decode_body, encode
+from .urls import parse_relay_url, relay_scheme
 
 TLS_CA_ENV = "FMPI_TLS_CA"
 
@@ -187,7 +97,7 @@ class RelayConnection:
             except BaseException:
                 plain.close()
                 raise
-        self._buf = bytearray()
+        self._reader = FrameReader()
         self._heard = False  # a frame came back (see recv)
 
     def send(self, kind: Kind, body: dict[str, Any] | None = None) -> None:
@@ -199,17 +109,15 @@ class RelayConnection:
     def recv(self, timeout: float | None) -> tuple[Kind, dict[str, Any]]:
         """Next frame (blocking up to `timeout`); ERROR frames are raised as RelayError."""
         self.sock.settimeout(timeout)
-        head = b""
         try:
             kind = Kind.HEARTBEAT
             while kind is Kind.HEARTBEAT:  # (the transport takes heartbeats; nothing here waits for one)
-                head = self._read(HEADER_SIZE)
-                kind, length = decode_header(head, MAX_SERVER_FRAME)
-                body = decode_body(kind, self._read(length))
+                kind, payload = self.next_frame()
+                body = decode_body(kind, payload)
         except socket.timeout:
             raise
         except ProtocolError as exc:
-            if head[:1] in (b"\x15", b"\x16") and relay_scheme(self.url) == "tcp":  # a TLS alert or handshake record
+            if self._reader.head()[:1] in (b"\x15", b"\x16") and relay_scheme(self.url) == "tcp":  # a TLS alert or handshake record
                 raise RelayError(
                     f"the relay at {self.url} speaks TLS: use tls://{self.url[len('tcp://'):]} "
                     "(and FMPI_TLS_CA=/path/to/ca.pem for a private CA)",
@@ -237,15 +145,16 @@ class RelayConnection:
             raise RelayError(f"relay sent {kind.name} where {want.name} was expected", "protocol")
         return body
 
-    def _read(self, n: int) -> bytes:
-        while len(self._buf) < n:
-            chunk = self.sock.recv(n - len(self._buf))
-            if not chunk:
+    def next_frame(self) -> tuple[Kind, bytearray]:
+        """The next frame as it came (heartbeats included), its body undecoded."""
+        while (frame := self._reader.next()) is None:
+            # No more than the frame needs: what follows it belongs to whoever takes the socket next.
+            with self._reader.buffer() as room:
+                n = self.sock.recv_into(room)
+            if not n:
                 raise ConnectionError("the relay closed the connection")
-            self._buf += chunk
-        data = bytes(self._buf[:n])
-        del self._buf[:n]
-        return data
+            self._reader.advance(n)
+        return frame
 
     def take_buffer(self) -> bytes:
         """Bytes read from the relay but not consumed yet (handed over with the socket).
@@ -255,9 +164,8 @@ class RelayConnection:
         """
         if isinstance(self.sock, ssl.SSLSocket):
             while self.sock.pending():
-                self._buf += self.sock.recv(self.sock.pending())
-        data, self._buf = bytes(self._buf), bytearray()
-        return data
+                self._reader.feed(self.sock.recv(self.sock.pending()))
+        return self._reader.take_rest()
 
     def close(self) -> None:
         self.sock.close()
@@ -324,17 +232,16 @@ def probe_mapping(url: str, probe_port: int, sock: socket.socket, timeout: float
     try:
         sock.settimeout(timeout)
         sock.connect(_resolve(host, probe_port))
-        data = bytearray()
-        while True:
+        reader = FrameReader()
+        while (frame := reader.next()) is None:
             chunk = sock.recv(4096)
             if not chunk:
-                break
-            data += chunk
-        kind, length = decode_header(bytes(data[:HEADER_SIZE]), MAX_SERVER_FRAME)
-        body = decode_body(kind, bytes(data[HEADER_SIZE : HEADER_SIZE + length]))
+                return None  # closed before a whole answer
+            reader.feed(chunk)
+        body = decode_body(*frame)
         observed = body["observed"]
         return str(observed[0]), int(observed[1])
-    except (OSError, ProtocolError, KeyError, TypeError, ValueError, IndexError, struct.error):
+    except (OSError, ProtocolError, KeyError, TypeError, ValueError, IndexError):
         return None
     finally:
         sock.close()

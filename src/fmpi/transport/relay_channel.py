@@ -30,14 +30,12 @@ import ssl
 import time
 from typing import Any, Callable
 
+from ..wire.frame_reader import FrameReader
 from ..wire.relay_protocol import (
     FORWARD_RANK,
-    HEADER_SIZE,
-    MAX_SERVER_FRAME,
     Kind,
     ProtocolError,
     decode_body,
-    decode_header,
     encode,
     forward_header,
 )
@@ -65,7 +63,8 @@ class RelayChannel(QueuedWriter):
         self._on_forward = on_forward
         self._on_control = on_control
         self._chunk = chunk
-        self._rbuf = bytearray(leftover)
+        self._reader = FrameReader()
+        self._reader.feed(leftover)
         self.bytes_in = 0
         self.last_heard = time.monotonic()  # when the relay last sent anything
         self.beats_heard = False  # the relay sends heartbeats (so its silence means trouble)
@@ -94,30 +93,22 @@ class RelayChannel(QueuedWriter):
                 raise RelayLost("the relay closed the connection")
             self.bytes_in += len(data)
             self.last_heard = time.monotonic()
-            self._rbuf += data
+            self._reader.feed(data)
             self._dispatch()
             if len(data) < READ_SIZE and not more:
                 return
 
     def _dispatch(self) -> None:
-        buf = self._rbuf
-        pos, end = 0, len(buf)
-        with memoryview(buf) as view:
-            while end - pos >= HEADER_SIZE:
-                kind, length = decode_header(view, MAX_SERVER_FRAME, pos)
-                if end - pos - HEADER_SIZE < length:
-                    break
-                start = pos + HEADER_SIZE
-                pos = start + length
-                if kind is Kind.FORWARD:
-                    if length < FORWARD_RANK.size:
-                        raise ProtocolError("FORWARD frame without a rank")
-                    (src,) = FORWARD_RANK.unpack_from(view, start)
-                    with view[start + FORWARD_RANK.size : pos] as chunk:
-                        self._on_forward(src, chunk)
-                else:
-                    self._on_control(kind, decode_body(kind, bytes(view[start:pos])))
-        del buf[:pos]
+        while (frame := self._reader.next()) is not None:
+            kind, body = frame
+            if kind is Kind.FORWARD:
+                if len(body) < FORWARD_RANK.size:
+                    raise ProtocolError("FORWARD frame without a rank")
+                (src,) = FORWARD_RANK.unpack_from(body)
+                with memoryview(body)[FORWARD_RANK.size :] as chunk:
+                    self._on_forward(src, chunk)
+            else:
+                self._on_control(kind, decode_body(kind, body))
 
     # ----------------------------------------------------------------- write
     def forward(self, dest: int, parts: list[memoryview], token: object | None) -> bool:

@@ -27,9 +27,9 @@ from pathlib import Path
 from ...lambda_runtime.event import Program, RankEvent
 from ...lambda_runtime.fanout import WORKERS, choose_arity, heads, invoke_all
 from ...lambda_runtime.runtimes import runtime_named
-from ...rank.spec import display_url
 from ...relay_server.server import RelayThread
 from ...rendezvous.relay_connection import RelayError
+from ...rendezvous.urls import display_url
 from ..job import Job, log
 from ..relaunch import RESUME_EXIT
 from ..relays import host_objects

@@ -21,9 +21,13 @@ from pathlib import Path
 
 from ... import settings
 from ...lambda_runtime.event import EventError, Program, check_environment
-from ...lambda_runtime.runtimes import ARCHITECTURES, default_architecture, default_runtime, runtime_named
+from ...lambda_runtime.runtimes import (
+    ARCHITECTURES,
+    default_architecture,
+    default_runtime,
+    runtime_named,
+)
 from ...rank.spec import check_relay_url
-from ...rendezvous.redis_connect import is_redis_url
 from .deploy import MAX_EVENT_AGE, MAX_TIMEOUT, MIN_EVENT_AGE, FunctionConfig
 from ..usage import UsageError
 from .resources import LOG_RETENTION_DAYS
@@ -222,7 +226,3 @@ def tls_ca(relay_url: str, environ: dict[str, str] | None = None) -> str | None:
     if "BEGIN CERTIFICATE" not in pem:
         raise UsageError(f"FMPI_TLS_CA={path} is not a PEM certificate")
     return pem
-
-
-def relay_is_redis(url: str) -> bool:
-    return is_redis_url(url)

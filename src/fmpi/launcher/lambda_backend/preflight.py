@@ -23,9 +23,7 @@ from typing import Any
 
 from ...lambda_runtime.aws_errors import explain
 from ...lambda_runtime.event import EVENT_VERSION
-from ...rendezvous.redis_connect import address as redis_address
-from ...rendezvous.redis_connect import is_redis_url
-from ...rendezvous.relay_connection import relay_addresses
+from ...rendezvous.urls import parse
 from .aws import LambdaError
 from .options import unreachable_from_lambda
 
@@ -34,7 +32,7 @@ CONNECT_TIMEOUT = 5.0
 
 def check_relay_from_here(url: str) -> None:
     """fmpirun itself must reach every relay of `url` (it creates the job there)."""
-    for host, port in [redis_address(url)] if is_redis_url(url) else relay_addresses(url):
+    for host, port in parse(url).addresses:
         try:
             socket.create_connection((host, port), timeout=CONNECT_TIMEOUT).close()
         except OSError as exc:
@@ -48,8 +46,7 @@ def check_advertised(url: str, real_aws: bool) -> None:
     """A relay address the functions can never reach, refused before anything is deployed (real AWS only)."""
     if not real_aws:
         return  # an emulator runs functions on this machine: loopback is fine there
-    hosts = [redis_address(url)[0]] if is_redis_url(url) else [h for h, _ in relay_addresses(url)]
-    for host in hosts:
+    for host, _port in parse(url).addresses:
         why = unreachable_from_lambda(host)
         if why is not None:
             raise LambdaError(

@@ -29,6 +29,8 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Union
 
+from ...wire.reduce_ops import OPS, ufunc
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -44,27 +46,7 @@ KEEP_GENERATIONS = 1024
 KEEP_ROUNDS = 2
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
-# op name -> the numpy ufunc that folds it
-OPS: dict[str, str] = {
-    "sum": "add",
-    "prod": "multiply",
-    "max": "maximum",
-    "min": "minimum",
-    "band": "bitwise_and",
-    "bor": "bitwise_or",
-    "bxor": "bitwise_xor",
-    "land": "logical_and",
-    "lor": "logical_or",
-    "lxor": "logical_xor",
-}
 _BITWISE = {"band", "bor", "bxor"}
-
-
-def ufunc(op: str) -> np.ufunc:
-    """The numpy ufunc of a reduction op named in ``OPS``."""
-    import numpy as np
-
-    return getattr(np, OPS[op])
 
 
 class DsoError(Exception):

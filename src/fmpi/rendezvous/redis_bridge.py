@@ -27,21 +27,22 @@ import socket
 import threading
 from typing import Any
 
-from ..rendezvous.redis import DEFAULT_TTL, RedisRank
-from ..rendezvous.redis_connect import explain, safe_url
+from ..wire.frame_reader import FrameReader
 from ..wire.relay_protocol import (
     FORWARD_RANK,
     HEADER_SIZE,
-    MAX_SERVER_FRAME,
     Kind,
     ProtocolError,
     abort_cause,
     decode_body,
-    decode_header,
     encode,
     forward_header,
 )
-from .mailbox import FINISHED, JOB_GONE, RankMailbox
+from .redis import RedisRank
+from .redis_connect import explain
+from .redis_keys import DEFAULT_TTL
+from .redis_mailbox import FINISHED, JOB_GONE, RankMailbox
+from .urls import safe_url
 
 READ_SIZE = 1 << 20
 
@@ -74,15 +75,14 @@ class RedisBridge:
 
     # ------------------------------------------------------------- uplink
     def _uplink(self) -> None:
-        buf = bytearray()
+        reader = FrameReader()
         try:
             while True:
                 data = self._end.recv(READ_SIZE)
                 if not data:
                     break
-                buf += data
-                used = self._handle(buf)
-                del buf[:used]
+                reader.feed(data)
+                used = self._handle(reader)
                 with self._cond:
                     self._handled += used
                     self._cond.notify_all()
@@ -95,30 +95,25 @@ class RedisBridge:
                 self._cond.notify_all()
             self._stop()
 
-    def _handle(self, buf: bytearray) -> int:
-        """Act on every complete frame in `buf`; returns the bytes used."""
-        pos, end = 0, len(buf)
+    def _handle(self, reader: FrameReader) -> int:
+        """Act on every whole frame `reader` holds; returns the bytes they took on the wire."""
+        used = 0
         pending: dict[int, list[bytes]] = {}  # dest -> chunks, flushed before any control frame
-        view = memoryview(buf)
-        try:
-            while end - pos >= HEADER_SIZE:
-                kind, length = decode_header(view, MAX_SERVER_FRAME, pos)
-                if end - pos - HEADER_SIZE < length:
-                    break
-                start, pos = pos + HEADER_SIZE, pos + HEADER_SIZE + length
-                if kind is Kind.FORWARD:
-                    if length < FORWARD_RANK.size:
-                        raise ProtocolError("FORWARD frame without a rank")
-                    (dest,) = FORWARD_RANK.unpack_from(view, start)
-                    # Stored as source + bytes: the receiver's bridge stamps the source on its FORWARD.
-                    pending.setdefault(dest, []).append(FORWARD_RANK.pack(self._member.rank) + view[start + FORWARD_RANK.size : pos])
-                else:
-                    self._flush(pending)
-                    self._control(kind, decode_body(kind, bytes(view[start:pos])))
-            self._flush(pending)
-        finally:
-            view.release()
-        return pos
+        while (frame := reader.next()) is not None:
+            kind, body = frame
+            used += HEADER_SIZE + len(body)
+            if kind is Kind.FORWARD:
+                if len(body) < FORWARD_RANK.size:
+                    raise ProtocolError("FORWARD frame without a rank")
+                (dest,) = FORWARD_RANK.unpack_from(body)
+                # Stored as source + bytes: the receiver's bridge stamps the source on its FORWARD.
+                body[: FORWARD_RANK.size] = FORWARD_RANK.pack(self._member.rank)
+                pending.setdefault(dest, []).append(bytes(body))
+            else:
+                self._flush(pending)
+                self._control(kind, decode_body(kind, body))
+        self._flush(pending)
+        return used
 
     def _flush(self, pending: dict[int, list[bytes]]) -> None:
         for dest, items in pending.items():

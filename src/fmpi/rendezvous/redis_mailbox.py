@@ -1,6 +1,6 @@
 """A rank's Redis side once the world is out: mailboxes of relayed links, events for the launcher, its finish.
 
-Keys (all under the job's hash tag, see ``redis_rendezvous``):
+Keys (all under the job's hash tag, see ``redis_keys.py``):
 
     fmpi:{J}:mbox:R     list: relayed-link chunks for rank R, each ``source rank (i32) + bytes``;
                         every sender RPUSHes its chunks in stream order, so each pair's order holds
@@ -21,7 +21,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..rendezvous.redis import DEFAULT_TTL, _keys
+from .redis_keys import DEFAULT_TTL
+from .redis_keys import keys as _keys
 
 BATCH_ITEMS = 64  # chunks per script call / per drain (Lua's unpack has a stack limit)
 BATCH_BYTES = 4 << 20

@@ -1,0 +1,68 @@
+"""The rendezvous of a job: ``connect`` (a rank's side) and ``job_control`` (a launcher's) for any relay URL.
+
+The URL is parsed here, once; the backend it names (fmpi-relay, Redis,
+in-process) is chosen here and nowhere else. Backends are imported on first
+use, so a rank of an fmpi-relay job never loads the Redis client.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .urls import FMPI_RELAY, REDIS, parse
+
+if TYPE_CHECKING:
+    from .protocols import JobControl, Rendezvous
+
+
+def connect(url: str, job: str, token: str) -> "Rendezvous":
+    """The rank side of job `job` at `url` (nothing is connected before ``open``); ValueError for a bad URL."""
+    kind = parse(url).kind
+    if kind == FMPI_RELAY:
+        from .fmpi_relay import FmpiRelayRendezvous
+
+        return FmpiRelayRendezvous(url, job, token)
+    if kind == REDIS:
+        from .redis_backend import RedisRendezvous
+
+        return RedisRendezvous(url, job, token)
+    from .memory import MemoryRendezvous
+
+    return MemoryRendezvous(url, job, token)
+
+
+def job_control(url: str, rejoin_within: float = 0.0) -> "JobControl":
+    """The launcher side at `url`. `rejoin_within`: seconds a restarted fmpi-relay gets to come back and take a
+    running job again (0: a lost relay fails the job; Redis and in-process stores do not restart)."""
+    kind = parse(url).kind
+    if kind == FMPI_RELAY:
+        from .fmpi_relay import FmpiRelayJobControl
+
+        return FmpiRelayJobControl(url, rejoin_within)
+    if kind == REDIS:
+        from .redis_backend import RedisJobControl
+
+        return RedisJobControl(url)
+    from .memory import MemoryJobControl
+
+    return MemoryJobControl(url)
+
+
+def check(url: str, timeout: float) -> dict[str, Any]:
+    """Reach the service at `url` once, as a rank would (RelayError / OSError if not): for fmpi-relay,
+    ``{"observed": (ip, port), "probe_port": int | None}``; for Redis and memory:// nothing more to say ({})."""
+    kind = parse(url).kind
+    if kind == FMPI_RELAY:
+        from .relay_connection import RelayConnection, observe
+
+        conn = RelayConnection(url, timeout=timeout)
+        try:
+            observed, probe_port = observe(conn, timeout)
+        finally:
+            conn.close()
+        return {"observed": observed, "probe_port": probe_port}
+    if kind == REDIS:
+        from .redis_connect import connect as redis_connect
+
+        redis_connect(url, timeout=timeout).close()  # (connecting pings it)
+    return {}

@@ -1,0 +1,121 @@
+"""What a rendezvous backend does, for the rank (``Rendezvous``) and for the launcher (``JobControl``).
+
+Three backends implement both: fmpi-relay (``fmpi_relay.py``), Redis
+(``redis.py``) and an in-process store for tests (``memory.py``).
+``rendezvous.connect(url)`` / ``rendezvous.job_control(url)`` pick one from
+the URL; nothing else looks at the scheme.
+
+After the world is out, a rank's backend hands the transport a *carrier*: a
+connected socket that speaks the fmpi-relay byte protocol (FORWARD chunks of
+relayed links, HEARTBEAT, FINISHED, ABORT, LINK, OUTPUT; ABORT and ERROR
+notices back). fmpi-relay's carrier is the registration connection itself;
+Redis and memory serve the other end of a socketpair in-process. So the
+engine's heartbeats and the rank's abort and finalize notices travel the
+same way whatever the backend.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+from ..wire.errors import Aborted, RelayError
+from .relay_connection import PeerInfo
+
+
+@dataclass(frozen=True)
+class Registered:
+    """A rank's slot: what it registered with, to take the same slot again at a restarted relay."""
+
+    rank: int
+    size: int
+    local: tuple[str, int]  # the shared port (relay connection, listener, punching)
+    observed: tuple[str, int]  # where the rendezvous saw the rank come from; peers punch there
+    probe: tuple[str, int] | None = None  # where the relay's probe port saw it (NAT type), if probed
+    incarnation: str = ""  # this process's id: a duplicate invocation of the slot is refused
+
+
+@dataclass
+class Carrier:
+    """The relayed-data carrier handed to the transport: a socket speaking relay-protocol frames.
+
+    `pending`: bytes already read from it (they belong to the new owner).
+    `settle(nbytes, timeout)`: wait until the first `nbytes` written to the
+    socket reached the backend (an in-process server dies with the process).
+    """
+
+    sock: socket.socket
+    pending: bytes = b""
+    settle: Callable[[int, float], bool] | None = None
+
+
+class Rendezvous(Protocol):
+    """A rank's side of the rendezvous: open, register, wait for the world, hand over the carrier."""
+
+    url: str
+    can_rejoin: bool  # the service may restart under a running job, and the rank take its slot again
+
+    def local_ip(self) -> str:
+        """The local address that reaches the rendezvous (the rank listens there)."""
+        ...
+
+    def open(self, shared: socket.socket, timeout: float) -> None:
+        """Connect from `shared` (bound to the rank's one port, not connected): the rendezvous then observes the
+        address peers must punch to. Probes the NAT type where the backend can."""
+        ...
+
+    def register(self, rank: int, incarnation: str, timeout: float) -> Registered:
+        """Take slot `rank` (-1: any free one); RelayError if refused (duplicate, auth, bad_rank, closed...)."""
+        ...
+
+    def wait_world(self, deadline: float) -> list[PeerInfo]:
+        """Block until every slot is taken; RelayError / Aborted if the job failed or was aborted first."""
+        ...
+
+    def carrier(self) -> Carrier:
+        """After the world: the carrier for the transport (the backend's connections go with it)."""
+        ...
+
+    def rejoin(self, registered: Registered, timeout: float) -> Carrier | None:
+        """Register `registered` again at a restarted service and return the new carrier; None where the backend
+        cannot restart under a running job (Redis, memory). RelayError while the service is not back."""
+        ...
+
+    def close(self) -> None:
+        """Give up before the carrier was handed over (a refused or failed join)."""
+        ...
+
+
+class JobEvents(Protocol):
+    """What a JobControl tells the launcher (called on the backend's own thread)."""
+
+    def event(self, kind: str, body: dict[str, Any]) -> None:
+        """joined, left, world (with ``seconds``), finished, link, lost, output."""
+        ...
+
+    def aborted(self, exc: Aborted) -> None: ...
+
+    def failed(self, exc: RelayError) -> None:
+        """The job failed (fill deadline, lost service); no further events follow."""
+        ...
+
+    def resume_state(self) -> dict[str, Any] | None:
+        """What a restarted relay needs to take the job back, or None while that is impossible."""
+        ...
+
+
+class JobControl(Protocol):
+    """The launcher's side: create a job, hear its events, abort it, end it."""
+
+    def create(self, job: str, token: str, size: int, fill_timeout: float, events: JobEvents) -> None:
+        """Create the job (RelayError if refused or unreachable); `events` hears everything after."""
+        ...
+
+    def abort(self, code: int, reason: str) -> None:
+        """End every rank of the job with `code`."""
+        ...
+
+    def end(self) -> None:
+        """Done: the service forgets the job (and deletes what it stored)."""
+        ...

@@ -1,0 +1,29 @@
+"""Where a job lives in Redis: its key names (one hash tag per job) and how long they may outlive it.
+
+Every key of job J is ``fmpi:{J}:...``: the hash tag puts them all in one
+Redis Cluster slot, so one Lua script may touch any of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+DEFAULT_TTL = 24 * 3600  # seconds a job's keys may outlive a launcher that vanished
+
+
+def keys(job: str) -> dict[str, str]:
+    base = f"fmpi:{{{job}}}"
+    return {
+        "meta": f"{base}:meta", "members": f"{base}:members", "events": f"{base}:events", "inbox": f"{base}:inbox:",
+        "mbox": f"{base}:mbox:", "finished": f"{base}:finished",
+    }
+
+
+def job_pattern(job: str) -> str:
+    """The SCAN pattern of every key of `job`."""
+    return f"fmpi:{{{job}}}:*"
+
+
+def token_hash(token: str) -> str:
+    # Redis is the user's server, maybe shared: store a digest, never the secret.
+    return hashlib.sha256(token.encode()).hexdigest()

@@ -1,0 +1,220 @@
+"""One contract, three backends: the same behaviour tests over memory://, a real fmpi-relay and a real redis-server.
+
+Each test speaks only the protocols (``rendezvous.connect`` for ranks,
+``rendezvous.job_control`` for the launcher) and the relay-protocol frames
+every backend's carrier carries, so a backend that drifts from the others
+fails here by name.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+import uuid
+
+import pytest
+from tests_support import RelayProcess
+
+from fmpi import rendezvous
+from fmpi.natpunch.sockets import bind_reusable
+from fmpi.rendezvous.relay_connection import Aborted, RelayError
+from fmpi.wire.frame_reader import FrameReader
+from fmpi.wire.relay_protocol import (
+    FORWARD_RANK,
+    Kind,
+    decode_body,
+    encode,
+    forward_header,
+)
+
+TOKEN = "c" * 24
+
+
+@pytest.fixture(scope="module")
+def fmpi_relay_url():
+    relay = RelayProcess()
+    yield relay.url
+    relay.stop()
+
+
+@pytest.fixture(params=["memory", "fmpi-relay", "redis"])
+def url(request):
+    if request.param == "memory":
+        return f"memory://contract-{uuid.uuid4().hex}"
+    if request.param == "fmpi-relay":
+        return request.getfixturevalue("fmpi_relay_url")
+    return request.getfixturevalue("redis_server")[0]
+
+
+class Launcher:
+    """A JobEvents that queues what it hears."""
+
+    def __init__(self) -> None:
+        self.heard: queue.Queue = queue.Queue()
+
+    def event(self, kind, body):
+        self.heard.put((kind, body))
+
+    def aborted(self, exc):
+        self.heard.put(("aborted", exc))
+
+    def failed(self, exc):
+        self.heard.put(("failed", exc))
+
+    def resume_state(self):
+        return None
+
+    def next(self, *skip: str):
+        while True:
+            kind, body = self.heard.get(timeout=10)
+            if kind not in skip:
+                return kind, body
+
+
+@pytest.fixture
+def job(url):
+    """factory(size, fill_timeout) -> (job id, Launcher); every job made is ended."""
+    made = []
+
+    def make(size: int, fill_timeout: float = 20.0):
+        control = rendezvous.job_control(url)
+        launcher = Launcher()
+        job_id = f"j{uuid.uuid4().hex[:12]}"
+        control.create(job_id, TOKEN, size, fill_timeout, launcher)
+        made.append(control)
+        return job_id, launcher, control
+
+    yield url, make
+    for control in made:
+        control.end()
+
+
+def joined(url: str, job_id: str, rank: int, token: str = TOKEN, incarnation: str = "i"):
+    """A rank that opened its rendezvous and registered: (rendezvous, Registered)."""
+    member = rendezvous.connect(url, job_id, token)
+    shared = bind_reusable(member.local_ip(), 0)
+    try:
+        member.open(shared, 5.0)
+        return member, member.register(rank, incarnation, 5.0)
+    except BaseException:
+        member.close()
+        raise
+
+
+def frames(sock, want: Kind, timeout: float = 10.0):
+    """The next frame of kind `want` on a carrier (heartbeats and others skipped): its payload."""
+    reader = FrameReader()
+    sock.settimeout(timeout)
+    while True:
+        while (frame := reader.next()) is not None:
+            if frame[0] is want:
+                return frame[1]
+        data = sock.recv(1 << 16)
+        assert data, f"the carrier closed before a {want.name} frame"
+        reader.feed(data)
+
+
+def world_of(url: str, job_id: str, size: int):
+    """Every rank of a fresh job registered and past the world: [(rendezvous, Registered, peers)]."""
+    members = [joined(url, job_id, r) for r in range(size)]
+    return [(m, reg, m.wait_world(time.monotonic() + 10)) for m, reg in members]
+
+
+def test_world_reaches_every_rank_and_the_launcher(job):
+    url, make = job
+    job_id, launcher, _ = make(3)
+    members = [joined(url, job_id, r) for r in (1, 2, 0)]
+    for _member, reg in members:
+        assert reg.size == 3 and reg.observed[1] > 0
+    worlds = [m.wait_world(time.monotonic() + 10) for m, _ in members]
+    for world in worlds:
+        assert [p.rank for p in world] == [0, 1, 2]
+        assert [tuple(p.endpoints[0]) for p in world] == [members[2][1].local, members[0][1].local, members[1][1].local]
+    heard = [launcher.next("left") for _ in range(4)]
+    assert [k for k, _ in heard] == ["joined", "joined", "joined", "world"]
+    assert sorted(b["rank"] for _, b in heard[:3]) == [0, 1, 2]
+    assert heard[3][1]["seconds"] >= 0
+    for member, _ in members:
+        member.close()
+
+
+def test_refusals_have_the_same_codes(job):
+    url, make = job
+    job_id, _, _ = make(2)
+    first, _ = joined(url, job_id, 1, incarnation="first")
+    with pytest.raises(RelayError, match=r"already registered \(incarnation '?first") as info:
+        joined(url, job_id, 1, incarnation="second")
+    assert info.value.code == "duplicate"
+    with pytest.raises(RelayError) as info:
+        joined(url, job_id, 0, token="z" * 24)
+    assert info.value.code == "auth"
+    with pytest.raises(RelayError) as info:
+        joined(url, job_id, 7)
+    assert info.value.code == "bad_rank"
+    first.close()
+
+
+def test_an_unfilled_world_fails_naming_the_missing_ranks(job):
+    url, make = job
+    job_id, launcher, _ = make(4, fill_timeout=1.0)
+    member, _ = joined(url, job_id, 2)
+    with pytest.raises(RelayError, match="1 of 4 ranks joined; missing ranks: 0-1, 3") as info:
+        member.wait_world(time.monotonic() + 10)
+    assert info.value.code == "fill_timeout"
+    kind, failure = launcher.next("joined", "left")
+    assert kind == "failed" and failure.code == "fill_timeout"
+    member.close()
+
+
+def test_carriers_relay_data_and_report_finish(job):
+    url, make = job
+    job_id, launcher, _ = make(2)
+    (a, _, _), (b, _, _) = world_of(url, job_id, 2)
+    ca, cb = a.carrier(), b.carrier()
+    data = bytes(range(256)) * 40
+    ca.sock.sendall(forward_header(1, len(data)) + data)
+    payload = frames(cb.sock, Kind.FORWARD)
+    assert FORWARD_RANK.unpack_from(payload)[0] == 0 and payload[FORWARD_RANK.size :] == data
+    cb.sock.sendall(encode(Kind.FINISHED, {"code": 3}))
+    kind, body = launcher.next("joined", "left", "world")
+    assert (kind, body["rank"], body["code"]) == ("finished", 1, 3)
+    for c in (ca, cb):
+        c.sock.close()
+
+
+def test_an_abort_reaches_every_rank_and_the_launcher(job):
+    url, make = job
+    job_id, launcher, control = make(2)
+    (a, _, _), (b, _, _) = world_of(url, job_id, 2)
+    ca, cb = a.carrier(), b.carrier()
+    cb.sock.sendall(encode(Kind.ABORT, {"code": 5, "reason": "rank 1 gave up"}))
+    for carrier in (ca, cb):
+        body = decode_body(Kind.ABORT, frames(carrier.sock, Kind.ABORT))
+        assert (body["code"], body["rank"]) == (5, 1)
+    kind, exc = launcher.next("joined", "left", "world")
+    assert kind == "aborted" and isinstance(exc, Aborted) and (exc.exit_code, exc.rank) == (5, 1)
+    for c in (ca, cb):
+        c.sock.close()
+
+
+def test_the_launchers_abort_reaches_a_rank_waiting_for_the_world(job):
+    url, make = job
+    job_id, _, control = make(2)
+    member, _ = joined(url, job_id, 0)
+    got: list[BaseException] = []
+    waiter = threading.Thread(target=lambda: got.append(_raised(member.wait_world, time.monotonic() + 10)))
+    waiter.start()
+    time.sleep(0.3)  # (the rank is blocked in its wait; an abort must wake it, not its deadline)
+    control.abort(9, "stopped by the launcher")
+    waiter.join(10)
+    assert got and isinstance(got[0], Aborted) and got[0].exit_code == 9 and got[0].rank is None
+    member.close()
+
+
+def _raised(call, *args) -> BaseException | None:
+    try:
+        call(*args)
+    except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+        return exc
+    return None
