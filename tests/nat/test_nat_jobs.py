@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sys
 
-import pytest
 
 from labjob import LabJobs, PROGRAMS, RELAY_PORT, _readline
 
