@@ -271,7 +271,7 @@ def test_a_link_dying_with_payloads_in_its_lanes_loses_and_duplicates_nothing():
             for i, size in enumerate(sizes):
                 sends.append(e.isend(peer, 0, 2, [memoryview(_bytes(r * 1000 + i, size))]))
                 if i == n // 3 and r == 0:
-                    e._peers[peer].link.sock.shutdown(socket.SHUT_RDWR)
+                    e.core.peers[peer].link.sock.shutdown(socket.SHUT_RDWR)
             e.wait_all(sends, timeout=60)
             e.wait_all(recvs, timeout=60)
             for i, op in enumerate(recvs):
