@@ -9,8 +9,9 @@ the median of each case per tree and the ratio B / A:
 * ``bandwidth 16 MiB``: MB/s of a window of ``Isend`` answered by one ack (osu_bw, N = 2)
 
 On a shared machine single runs swing by tens of percent; interleaving puts
-both trees under the same swings, and the median of several rounds is what
-to compare.
+both trees under the same swings. Each latency is the median over 20 blocks
+of one run (a block in which another process took the core does not count),
+and the table gives the median and the best of the rounds.
 
     .venv/bin/python benchmarks/before_after.py --before /work/wt/base --after . --rounds 7
 """
@@ -33,15 +34,20 @@ BW_SIZE = 16 << 20
 
 
 # ------------------------------------------------------------------ worker (runs inside a rank)
-def _time_per_call(comm, fn, iters: int) -> float:
-    """Seconds per call of fn() over `iters` calls after a warm-up, as rank 0 measured them."""
+def _time_per_call(comm, fn, iters: int, blocks: int = 20) -> float:
+    """Seconds per call of fn(), as rank 0 measured it: the median over `blocks` blocks of the `iters`
+    calls after a warm-up (a block in which another process took the core does not count)."""
     for _ in range(max(10, iters // 10)):
         fn()
     comm.Barrier()
-    start = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    return (time.perf_counter() - start) / iters
+    per_block = max(1, iters // blocks)
+    times = []
+    for _ in range(blocks):
+        start = time.perf_counter()
+        for _ in range(per_block):
+            fn()
+        times.append((time.perf_counter() - start) / per_block)
+    return statistics.median(times)
 
 
 def _bandwidth(comm, MPI, np, windows: int, window: int = 4) -> float:
@@ -72,7 +78,7 @@ def worker(scale: float) -> None:
     out: dict[str, float] = {}
     a = np.ones(2, dtype="f4")
     b = np.zeros(2, dtype="f4")
-    iters = max(20, int((3000 if n == 2 else 1000) * scale))
+    iters = max(20, int((20000 if n == 2 else 4000) * scale))
     out[f"allreduce 8 B N={n}"] = 1e6 * _time_per_call(comm, lambda: comm.Allreduce(a, b, op=MPI.SUM), iters)
     if n == 2:
         peer = 1 - comm.rank
@@ -86,8 +92,8 @@ def worker(scale: float) -> None:
                 comm.Recv(buf, peer, 1)
                 comm.Send(buf, peer, 1)
 
-        out["p2p 8 B"] = 1e6 * _time_per_call(comm, ping, max(20, int(3000 * scale))) / 2
-        out["bandwidth 16 MiB"] = _bandwidth(comm, MPI, np, max(2, int(8 * scale)))
+        out["p2p 8 B"] = 1e6 * _time_per_call(comm, ping, max(20, int(20000 * scale))) / 2
+        out["bandwidth 16 MiB"] = _bandwidth(comm, MPI, np, max(2, int(16 * scale)))
     if comm.rank == 0:
         print("RESULT " + json.dumps(out), flush=True)
 
@@ -110,20 +116,18 @@ def unit(case: str) -> str:
 
 
 def table(samples: dict[str, dict[str, list[float]]], names: tuple[str, str]) -> list[str]:
-    """Markdown rows: case, median before, median after, ratio after / before, and each side's range."""
+    """Markdown rows: case, each side's median and best run, and the ratios B / A of both."""
     a, b = names
     rows = [
-        f"| case | {a} (median) | {b} (median) | {b} / {a} | {a} range | {b} range |",
-        "|---|---:|---:|---:|---:|---:|",
+        f"| case | {a} median | {b} median | {b} / {a} (median) | {a} best | {b} best | {b} / {a} (best) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for case in samples[a]:
         xs, ys = samples[a][case], samples[b][case]
-        ma, mb = statistics.median(xs), statistics.median(ys)
+        best = max if unit(case) == BANDWIDTH else min
+        ma, mb, ba, bb = statistics.median(xs), statistics.median(ys), best(xs), best(ys)
         u = unit(case)
-        rows.append(
-            f"| {case} | {ma:,.1f} {u} | {mb:,.1f} {u} | {mb / ma:.3f} "
-            f"| {min(xs):,.1f}-{max(xs):,.1f} | {min(ys):,.1f}-{max(ys):,.1f} |"
-        )
+        rows.append(f"| {case} | {ma:,.1f} {u} | {mb:,.1f} {u} | {mb / ma:.3f} | {ba:,.1f} {u} | {bb:,.1f} {u} | {bb / ba:.3f} |")
     return rows
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from fmpi.transport import waiting
 from fmpi.transport.engine import Engine
-from fmpi.transport.handshake import HELLO, MAGIC, VERSION, Verdict, connect_side
+from fmpi.transport.links.handshake import HELLO, MAGIC, VERSION, Verdict, connect_side
 from fmpi.transport.options import TransportOptions
 from fmpi.transport.requests import TransportError
 from fmpi.wire.rank_frames import Kind, pack_header

@@ -16,13 +16,20 @@ import uuid
 
 import numpy as np
 import pytest
-
 from relayed_world import RelayedWorld
 
 from fmpi.transport.engine import Engine
-from fmpi.transport.handshake import Verdict, accept_side, initiate, read_hello
+from fmpi.transport.links.handshake import Verdict, accept_side, initiate, read_hello
+from fmpi.transport.links.shm_lane import (
+    LANE_MIN,
+    NO_KEY,
+    LaneError,
+    LaneReader,
+    LaneWriter,
+    host_key,
+    lane_path,
+)
 from fmpi.transport.options import TransportOptions
-from fmpi.transport.shm_lane import LANE_MIN, NO_KEY, LaneError, LaneReader, LaneWriter, host_key, lane_path
 
 SECRET = b"s" * 32
 

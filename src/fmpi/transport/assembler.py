@@ -23,7 +23,7 @@ from ..wire.rank_frames import (
     parse_header,
     unpack_header,
 )
-from .shm_lane import LaneReader
+from .links.shm_lane import LaneReader
 
 _unpack_from = HEADER.unpack_from
 _EMPTY = memoryview(b"")

@@ -27,15 +27,15 @@ from typing import Any
 from .. import settings
 from ..wire.rank_frames import FrameError
 from .core import Core
-from .link import Link, PeerClosed, set_liveness
-from .linkup import Linker
+from .links.link import Link, PeerClosed, set_liveness
+from .links.linkup import Linker
+from .links.shm_lane import LaneReader, LaneWriter, lane_path
 from .peers import Peer, PeerState
 from .progress import READ, WRITE
 from .receiving import Receiver
 from .relay_channel import RelayRoute
 from .requests import Op, TransportError, peer_died, peer_finalized
 from .sending import Sender
-from .shm_lane import LaneReader, LaneWriter, lane_path
 
 DEBUG = settings.current().debug_links  # trace link set-up and failover on stderr
 

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from ..wire.relay_protocol import Kind as RelayKind
-from .link import Link
+from .links.link import Link
 from .matching import Matcher
 from .options import TransportOptions
 from .peers import Peer

@@ -44,8 +44,9 @@ from . import hang
 from .carriers import Carriers
 from .core import Core, RelayHandler
 from .finalize import finalize
-from .held_link import HeldLinks
-from .linkup import Linker
+from .links.held_link import HeldLinks
+from .links.linkup import Linker
+from .links.shm_lane import NO_KEY, host_key
 from .matching import ANY_SOURCE
 from .options import TransportOptions
 from .peers import PeerState
@@ -56,7 +57,6 @@ from .relayed import Relayed
 from .requests import Op, RecvOp, SendOp, TransportError
 from .routes import Route
 from .sending import Sender
-from .shm_lane import NO_KEY, host_key
 from .waiting import Waiter
 
 Endpoint = tuple[str, int]

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from .. import settings
-from .shm_lane import DEFAULT_CAPACITY
+from .links.shm_lane import DEFAULT_CAPACITY
 from .spinning import default_spin
 
 #: auto: plain connect when the peer is reachable as is, else punch, else relay.

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import enum
 
-from .link import Link
+from .links.link import Link
 from .requests import TransportError
 from .stream import Stream
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from ..wire.rank_frames import Kind
 
 if TYPE_CHECKING:
-    from .shm_lane import LaneReader
+    from .links.shm_lane import LaneReader
 
 
 class TransportError(Exception):

@@ -58,8 +58,8 @@ from ..wire.rank_frames import (
     Kind,
     pack_header,
 )
+from .links.shm_lane import LANE_MIN
 from .requests import SendOp, TransportError
-from .shm_lane import LANE_MIN
 
 _pack = HEADER.pack  # (``pack_header`` without its Python frame, on the per-message path)
 

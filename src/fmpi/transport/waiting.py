@@ -35,7 +35,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 from ..wire.rank_frames import FrameError
 from . import hang
 from .core import Core
-from .link import Link, PeerClosed
+from .links.link import Link, PeerClosed
 from .matching import ANY_SOURCE
 from .peers import PeerState
 from .receiving import Receiver

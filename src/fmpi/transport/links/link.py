@@ -32,9 +32,9 @@ from __future__ import annotations
 import select
 import socket
 
-from ..wire.rank_frames import HEADER_SIZE
-from .assembler import FrameAssembler, FrameSink
-from .queued_writer import QueuedWriter
+from ...wire.rank_frames import HEADER_SIZE
+from ..assembler import FrameAssembler, FrameSink
+from ..queued_writer import QueuedWriter
 from .shm_lane import LaneReader, LaneWriter
 
 # A read between frames goes to the stage; it must be small, because whatever

@@ -42,12 +42,12 @@ import sys
 import time
 from typing import Callable, Protocol, Sequence
 
-from ..natpunch.simultaneous_open import PunchCancel, PunchResult, punch_many
-from .core import Core
+from ...natpunch.simultaneous_open import PunchCancel, PunchResult, punch_many
+from ..core import Core
+from ..peers import Peer, PeerState
+from ..requests import TransportError
+from ..routes import Route
 from .handshake import HandshakeError, Verdict, accept_side, initiate, read_hello
-from .peers import Peer, PeerState
-from .requests import TransportError
-from .routes import Route
 
 Endpoint = tuple[str, int]
 

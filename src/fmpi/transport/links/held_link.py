@@ -33,13 +33,13 @@ from __future__ import annotations
 
 import time
 
-from .core import Core
+from ..core import Core
+from ..peers import Peer, PeerState
+from ..requests import RecvOp, SendOp, TransportError
+from ..sending import Sender
+from ..spinning import spin_poll
+from ..waiting import Waiter
 from .link import Link
-from .peers import Peer, PeerState
-from .requests import RecvOp, SendOp, TransportError
-from .sending import Sender
-from .spinning import spin_poll
-from .waiting import Waiter
 
 
 class HeldLinks:
