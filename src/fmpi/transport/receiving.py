@@ -121,7 +121,7 @@ class Receiver:
                 self._sender.after_write(stream.send_ack(), [])
             elif source.via == "relay":
                 self._touched.add(rank)  # acknowledged once the relay's whole read batch is in
-            # (a TCP link's reader acknowledges after its batch: see read_link_here, _on_link_event)
+            # (a TCP link's reader acknowledges after its batch: see ``Waiter.read_link_here``, ``Carriers.on_link_event``)
             if kind is Kind.DATA:
                 self._deliver(rank, header)
             elif kind is Kind.MATCHED:

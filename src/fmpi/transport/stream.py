@@ -168,11 +168,7 @@ class Stream:
             if carrier is None or self.next_unsent != seq:
                 return None, False  # (``attach`` writes it, or it waits behind frames not yet written)
             self.next_unsent = seq + 1
-            ack = self.recv_next  # (``_take_ack`` inline: once per message)
-            if ack > self.acked_out:
-                self.acked_out = ack
-                self._rx_bytes = 0
-                self._ack_asap = False
+            ack = self._take_ack()
             if laned is None:
                 frame = [_pack(op.kind, flags, 0, self.me, tag, context, seq, nbytes, ack), *parts]
             else:  # the payload is in the lane; a resend (``_frame``) carries it inline

@@ -1,7 +1,7 @@
 """One established, authenticated TCP connection to one peer rank: a carrier of that pair's frames.
 
 Reading is done by the progress thread, or by a thread waiting for a
-message from this peer (see ``engine.py``): bytes land in a staging buffer (so
+message from this peer (see ``waiting.py``): bytes land in a staging buffer (so
 a burst of small frames costs one syscall) and go to the link's
 ``FrameAssembler``; once the staging buffer is empty, the rest of a large
 payload is read straight into its destination with ``recv_into`` (no
