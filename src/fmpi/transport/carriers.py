@@ -86,7 +86,7 @@ class Carriers:
                 peer.handshakes_out -= 1
             if peer.state is not PeerState.SETUP:
                 sock.close()
-                self.linker._advance(peer)
+                self.linker.advance(peer)
                 return
             peer.state = PeerState.LINKED
             peer.link = link

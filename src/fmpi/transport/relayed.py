@@ -124,7 +124,7 @@ class Relayed:
         self._last_beat = now
         silent = now - relay.last_heard
         if relay.beats_heard and silent > core.options.heartbeat_timeout:
-            core.relay_gone(RelayLost(f"no word from the relay for {silent:.1f} s"))
+            self._relay_gone(RelayLost(f"no word from the relay for {silent:.1f} s"))
             return
         if not relay.send_control(RelayKind.HEARTBEAT, {}):
             self._sender.want_write(relay)
@@ -154,7 +154,7 @@ class Relayed:
             if mask & READ:
                 relay.on_readable()
         except (RelayLost, ProtocolError, OSError) as exc:
-            core.relay_gone(exc)
+            self._relay_gone(exc)
         finally:
             self._receiver.after_reads()
 
