@@ -104,7 +104,7 @@ def run_tree(tree: Path, n: int, scale: float, timeout: float) -> dict[str, floa
     bin_dir = tree / ".venv" / "bin"
     argv = [str(bin_dir / "fmpirun"), "-n", str(n), str(bin_dir / "python"), str(SCRIPT), "--worker", "--scale", str(scale)]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, cwd=tree)
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, cwd=tree, check=False)
     results = [line[7:] for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode != 0 or not results:
         raise SystemExit(f"before_after: {tree} N={n} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
