@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from _thread import get_ident
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
@@ -61,7 +62,7 @@ class Wakeup:
         if self.sleepers:
             self.cond.notify_all()
         reader = self.reader
-        if reader is not None and not self.woken and reader != threading.get_ident():
+        if reader is not None and not self.woken and reader != get_ident():
             self.woken = True
             os.eventfd_write(self.bell, 1)
 
@@ -79,7 +80,7 @@ class Wakeup:
 
     def claim(self, links: tuple[Link, ...]) -> None:
         """(lock held) The calling thread reads `links` from now on."""
-        self.reader = threading.get_ident()
+        self.reader = get_ident()
         self.reading = links
         self.woken = False
 
@@ -168,7 +169,8 @@ class Core:
         recv.status_source = source
         recv.status_tag = tag
         recv.nbytes = nbytes
-        self.complete_locked(recv)
+        recv.done = True
+        self.wake.notify_locked()
 
     def take_arrived(self, recv: RecvOp, msg: Arrived) -> None:
         """Complete `recv` from a message of the unexpected queue (lock held)."""

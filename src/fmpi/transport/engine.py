@@ -13,7 +13,7 @@ Each peer has one reliable, ordered stream of frames (``stream.Stream``:
 sequence numbers, cumulative ACKs, resending) over one *carrier* at a time:
 
 * a TCP link made by plain connect (``direct``) or by hole punching
-  (``punched``), set up lazily on the first message (``linkup.Linker``);
+  (``punched``), set up lazily on the first message (``links.linkup.Linker``);
 * the relay (``relayed``): fmpi frames cut into FORWARD chunks
   (``relay_channel``), when punching is impossible or failed.
 
@@ -28,8 +28,8 @@ The engine is a facade over parts that each own their fields, sharing only
 ``core.Core`` (the lock, peers, matcher, loop; its docstring has the lock
 order): ``sending.Sender``, ``receiving.Receiver`` (the frame sink),
 ``waiting.Waiter`` (blocking waits), ``held_link.HeldLinks`` (their fast
-paths), ``carriers.Carriers`` (what carries each pair, failover),
-``relayed.Relayed`` (the relay connection) and ``linkup.Linker``.
+paths, ``links/``), ``carriers.Carriers`` (what carries each pair, failover),
+``relayed.Relayed`` (the relay connection) and ``links.linkup.Linker``.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from __future__ import annotations
 import socket
 import sys
 import time
+from contextlib import AbstractContextManager
 from typing import Any, Callable, Iterable, Sequence
 
 from ..wire.relay_protocol import Kind as RelayKind
@@ -99,7 +100,7 @@ class Engine:
         self._relayed = Relayed(core, self._sender, self._receiver, carriers)
         self.waiter = Waiter(core, self._receiver, self._sender, lambda link: carriers.on_link_event(link, READ))
         self.waits = self.waiter.waits  # what each blocked thread waits for (FMPI_TIMEOUT diagnosis)
-        self._held = HeldLinks(core, self.waiter, self._sender)
+        self._held = HeldLinks(core, self.waiter, self._sender, self.wait)
         core.loop.on_stop = self._on_loop_stop
         self._listener = listener
         if listener is not None:
@@ -160,11 +161,8 @@ class Engine:
             peer = self.core.peers.get(dest)
             link = peer.link if peer is not None else None
             if link is not None:
-                both = self._held.exchange(peer, link, context, tag, parts, buffer)
-                if both is not None:
-                    recv, send = both
-                    self.wait(recv)  # (the general wait takes over where the fast path stopped)
-                    self.wait(send)
+                recv = self._held.exchange(peer, link, context, tag, parts, buffer)
+                if recv is not None:
                     return recv
         recv = self.irecv(source, context, tag, buffer)
         send = self.isend(dest, context, tag, parts)
@@ -249,7 +247,7 @@ class Engine:
         self._held.wait(op, rank, deadline)
         return None if deadline is None else max(0.0, deadline - time.monotonic())
 
-    def blocked_elsewhere(self, what: str):  # -> contextmanager yielding float | None
+    def blocked_elsewhere(self, what: str) -> AbstractContextManager[float | None]:
         """Around a wait outside the engine (``Waiter.blocked_elsewhere``)."""
         return self.waiter.blocked_elsewhere(what)
 

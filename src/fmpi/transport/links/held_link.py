@@ -32,10 +32,11 @@ records.
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 from ..core import Core
 from ..peers import Peer, PeerState
-from ..requests import RecvOp, SendOp, TransportError
+from ..requests import Op, RecvOp, SendOp, TransportError
 from ..sending import Sender
 from ..spinning import spin_poll
 from ..waiting import Waiter
@@ -45,10 +46,11 @@ from .link import Link
 class HeldLinks:
     """The fast paths (they own nothing: the reader role is the core's, the held links the waiter's)."""
 
-    def __init__(self, core: Core, waiter: Waiter, sender: Sender) -> None:
+    def __init__(self, core: Core, waiter: Waiter, sender: Sender, wait: Callable[[Op], None]) -> None:
         self._core = core
         self._waiter = waiter
         self._sender = sender
+        self._wait = wait  # the general wait (``Engine.wait``), which takes over where a fast path stops
 
     def wait(self, op: RecvOp | SendOp, rank: int, deadline: float | None) -> None:
         """Wait for `op` on the held link to `rank` (its source or its destination), as far as the fast
@@ -72,11 +74,11 @@ class HeldLinks:
 
     def exchange(
         self, peer: Peer, link: Link, context: int, tag: int, parts: list[memoryview], buffer: memoryview | None
-    ) -> tuple[RecvOp, SendOp] | None:
-        """Send `parts` to `peer` and receive its message (into `buffer`) on `link`, as far as the fast
-        path goes: the receive and the send, for the caller to wait on what is not done yet.
+    ) -> RecvOp | None:
+        """Send `parts` to `peer` and receive its message (into `buffer`) on `link`; the completed receive.
 
-        None when the fast path does not apply (then nothing was done).
+        None when the fast path does not apply (then nothing was done). As a
+        blocking exchange it raises the receive's and the send's errors.
         """
         core = self._core
         recv = RecvOp(context, peer.rank, tag, buffer)
@@ -98,7 +100,11 @@ class HeldLinks:
                 self._read(link, recv, None, send)
             finally:
                 self._waiter.give_back((link,))
-        return recv, send
+        if not recv.done or recv.error is not None:
+            self._wait(recv)  # (it raises the error of a receive that is done)
+        if not send.done or send.error is not None:
+            self._wait(send)
+        return recv
 
     def _may_hold(self, peer: Peer, link: Link) -> bool:
         """(lock held) This thread may read `link` on a fast path now."""
