@@ -11,8 +11,8 @@ from __future__ import annotations
 import socket
 import threading
 
-from fmpi.transport.handshake import HandshakeError, read_hello
-from fmpi.transport.link import Link, PeerClosed
+from fmpi.transport.links.handshake import HandshakeError, read_hello
+from fmpi.transport.links.link import Link, PeerClosed
 from fmpi.wire.rank_frames import FrameError, Header
 from fmpi.wire.relay_protocol import (
     HEADER_SIZE,

@@ -5,7 +5,7 @@ import struct
 import pytest
 from fuzz_targets import TARGETS
 
-from fmpi.transport.handshake import HELLO, MAGIC
+from fmpi.transport.links.handshake import HELLO, MAGIC
 from fmpi.wire.rank_frames import Kind as FrameKind
 from fmpi.wire.rank_frames import pack_header
 from fmpi.wire.relay_protocol import VERSION, Kind, encode

@@ -11,9 +11,9 @@ import sys
 
 from natlab.topology import NatLab
 
-from fmpi.transport.shm_lane import NO_KEY, host_key
+from fmpi.transport.links.shm_lane import NO_KEY, host_key
 
-KEY = "from fmpi.transport.shm_lane import host_key; print(host_key().hex())"
+KEY = "from fmpi.transport.links.shm_lane import host_key; print(host_key().hex())"
 
 
 def test_another_network_namespace_has_another_host_key(natlab_required):

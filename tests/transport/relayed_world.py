@@ -74,16 +74,16 @@ class RelayedWorld:
         """Every rank's view of its peers and streams (for failure messages)."""
         lines = []
         for e in self.engines:
-            for r, p in sorted(e._peers.items()):
+            for r, p in sorted(e.core.peers.items()):
                 st = p.stream
                 lines.append(
                     f"rank {e.rank} -> {r}: {p.state.name} kind={p.kind} failovers={p.failovers} "
                     f"awaiting_resume={p.awaiting_resume} errors={p.errors} | next_seq={st.next_seq} "
                     f"next_unsent={st.next_unsent} unacked={[x.seq for x in list(st.unacked)[:4]]}+{len(st.unacked)} "
                     f"carrier={type(st.carrier).__name__} recv_next={st.recv_next} acked_out={st.acked_out} "
-                    f"sync={sorted(st.sync)[:4]} inflight={r in e._inflight}"
+                    f"sync={sorted(st.sync)[:4]} inflight={r in e.core.inflight}"
                 )
-            posted, unexpected = e._matcher.pending_counts()
+            posted, unexpected = e.core.matcher.pending_counts()
             lines.append(f"rank {e.rank}: posted={posted} unexpected={unexpected} relay queued={e.relay.has_queued()}")
         return "\n".join(lines)
 

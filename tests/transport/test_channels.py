@@ -114,7 +114,7 @@ def test_large_relayed_message_lands_in_the_posted_buffer(world):
 
 
 def _kill_link(e, peer: int) -> None:
-    link = e._peers[peer].link
+    link = e.core.peers[peer].link
     assert link is not None, "no TCP link to kill"
     link.sock.shutdown(socket.SHUT_RDWR)
 
@@ -133,7 +133,7 @@ def test_a_dying_link_fails_over_to_the_relay_without_loss_duplication_or_reorde
         # open the link, then stream both ways while one side kills the connection
         e.wait(e.isend(peer, 0, 1, [memoryview(b"hi")]), timeout=10)
         e.wait(e.irecv(peer, 0, 1, None), timeout=10)
-        assert e._peers[peer].kind == "direct"
+        assert e.core.peers[peer].kind == "direct"
         both_linked.wait()
         recvs = [e.irecv(peer, 0, 2, None) for _ in range(n)]
         for i, size in enumerate(sizes):
@@ -244,7 +244,7 @@ def test_a_rank_that_died_is_reported_to_whoever_sends_to_it(world):
 
 def test_a_peer_that_never_answers_through_the_relay_fails_in_bounded_time(world):
     w = world(2, channel="relay", resume_timeout=1.0)
-    w.engines[1]._loop.stop()  # hung: connected to the relay, but nothing reads its frames
+    w.engines[1].core.loop.stop()  # hung: connected to the relay, but nothing reads its frames
     start = time.monotonic()
     send = w.engines[0].isend(1, 0, 1, [memoryview(b"hello?")])
     with pytest.raises(TransportError, match="did not answer through the relay within 1 s"):

@@ -15,7 +15,7 @@ import pytest
 
 from fmpi.transport import waiting
 from fmpi.transport.engine import Engine
-from fmpi.transport.handshake import HELLO, MAGIC, VERSION, Verdict, connect_side
+from fmpi.transport.links.handshake import HELLO, MAGIC, VERSION, Verdict, connect_side
 from fmpi.transport.options import TransportOptions
 from fmpi.transport.requests import TransportError
 from fmpi.wire.rank_frames import Kind, pack_header
@@ -316,7 +316,7 @@ def _held_pair(world, **options):
     probe = b.irecv(0, 0, 99, None)
     _hold_link(b, probe)
     assert b.cancel(probe)
-    assert b._peers[0].link in b._held  # (the precondition of the fast path)
+    assert b.core.peers[0].link in b.waiter.held  # (the precondition of the fast path)
     return a, b
 
 
@@ -372,7 +372,7 @@ def test_an_exchange_whose_reply_came_first_takes_it_and_still_sends(world):
     probe = b.irecv(0, 0, 99, None)
     _hold_link(b, probe)  # (this wait reads both messages, and holds the link)
     assert b.cancel(probe)
-    assert b._matcher.pending_counts() == (0, 2) and b._peers[0].link in b._held
+    assert b.core.matcher.pending_counts() == (0, 2) and b.core.peers[0].link in b.waiter.held
     first, second = bytearray(3), bytearray(3)
     for tag, mine, buf in ((1, b"uno", first), (2, b"dos", second)):
         recv = b.sendrecv(0, 0, 0, tag, _b(mine), memoryview(buf))
@@ -458,7 +458,7 @@ def test_waiting_for_an_acknowledgement_reads_no_further_than_it(world, monkeypa
         time.sleep(0.1)  # (both are in b's socket by now)
         b.wait(send, timeout=None if op_timeout else 10)  # (an explicit timeout would take the held-link path)
         assert bytes(buf) == big
-        assert b._matcher.pending_counts() == (0, 0), "b read past the ACK into the next message"
+        assert b.core.matcher.pending_counts() == (0, 0), "b read past the ACK into the next message"
         got = bytearray(len(nxt))
         b.wait(b.irecv(0, 0, 30 + round_, memoryview(got)), timeout=10)
         assert bytes(got) == nxt
@@ -482,7 +482,7 @@ def test_an_exchange_of_large_messages_leaves_the_next_one_unread(world, monkeyp
         buf = bytearray(len(half))
         b.sendrecv(0, 0, 0, 40 + i, _b(half), memoryview(buf))
         assert bytes(buf) == half
-        unexpected += b._matcher.pending_counts()[1]
+        unexpected += b.core.matcher.pending_counts()[1]
         nxt = bytearray(len(half))
         b.wait(b.irecv(0, 0, 60 + i, memoryview(nxt)), timeout=10)
         assert bytes(nxt) == half
@@ -506,4 +506,4 @@ def test_a_wait_stops_reading_after_its_large_message(world, monkeypatch):
         out = bytearray(len(m))
         b.wait(b.irecv(0, 0, 50 + i, memoryview(out)), timeout=10)
         assert bytes(out) == m
-        assert b._matcher.pending_counts() == (0, 0), f"the wait for message {i} read the next one too"
+        assert b.core.matcher.pending_counts() == (0, 0), f"the wait for message {i} read the next one too"

@@ -16,13 +16,20 @@ import uuid
 
 import numpy as np
 import pytest
-
 from relayed_world import RelayedWorld
 
 from fmpi.transport.engine import Engine
-from fmpi.transport.handshake import Verdict, accept_side, initiate, read_hello
+from fmpi.transport.links.handshake import Verdict, accept_side, initiate, read_hello
+from fmpi.transport.links.shm_lane import (
+    LANE_MIN,
+    NO_KEY,
+    LaneError,
+    LaneReader,
+    LaneWriter,
+    host_key,
+    lane_path,
+)
 from fmpi.transport.options import TransportOptions
-from fmpi.transport.shm_lane import LANE_MIN, NO_KEY, LaneError, LaneReader, LaneWriter, host_key, lane_path
 
 SECRET = b"s" * 32
 
@@ -271,7 +278,7 @@ def test_a_link_dying_with_payloads_in_its_lanes_loses_and_duplicates_nothing():
             for i, size in enumerate(sizes):
                 sends.append(e.isend(peer, 0, 2, [memoryview(_bytes(r * 1000 + i, size))]))
                 if i == n // 3 and r == 0:
-                    e._peers[peer].link.sock.shutdown(socket.SHUT_RDWR)
+                    e.core.peers[peer].link.sock.shutdown(socket.SHUT_RDWR)
             e.wait_all(sends, timeout=60)
             e.wait_all(recvs, timeout=60)
             for i, op in enumerate(recvs):

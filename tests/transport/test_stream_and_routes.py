@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from fmpi.transport.assembler import FrameAssembler
-from fmpi.transport.handshake import HandshakeError, Verdict, initiate
+from fmpi.transport.links.handshake import HandshakeError, Verdict, initiate
 from fmpi.transport.requests import SendOp, TransportError
 from fmpi.transport.routes import PeerAddress, plan_route
 from fmpi.transport.stream import Stream

@@ -14,19 +14,17 @@ from __future__ import annotations
 from typing import Protocol
 
 from ..wire.rank_frames import (
-    DATA,
     HEADER,
     HEADER_SIZE,
     Flag,
     FrameError,
     Header,
+    Kind,
     parse_header,
     unpack_header,
 )
-from .shm_lane import LaneReader
+from .links.shm_lane import LaneReader
 
-_LANE = int(Flag.LANE)
-_DATA = int(DATA)
 _unpack_from = HEADER.unpack_from
 _EMPTY = memoryview(b"")
 
@@ -80,14 +78,14 @@ class FrameAssembler:
                     fields = _unpack_from(view, pos)
                     pos += HEADER_SIZE
                     kind, flags, _, _, tag, context, seq, n, ack = fields
-                    if kind == _DATA and not flags & _LANE and end - pos >= n:
+                    if kind == Kind.DATA and not flags & Flag.LANE and end - pos >= n:
                         # The small-message path: header and payload in one read,
                         # matched and delivered in one step.
                         self._sink.frame_whole(self, flags, tag, context, seq, ack, view[pos : pos + n])
                         pos += n
                         continue
                     header = parse_header(*fields)
-                    if flags & _LANE:
+                    if flags & Flag.LANE:
                         self._from_lane(header)
                         continue
                 else:
@@ -99,7 +97,7 @@ class FrameAssembler:
                         return
                     self._hlen = 0
                     header = unpack_header(self._head)
-                    if header.flags & _LANE:
+                    if header.flags & Flag.LANE:
                         self._from_lane(header)
                         continue
                 self._begin(header)
@@ -115,7 +113,7 @@ class FrameAssembler:
     def _from_lane(self, header: Header) -> None:
         """A LANE frame: its payload is the next one in the lane, whole (delivered like a small frame)."""
         lane = self.lane
-        if lane is None or header.kind is not DATA:
+        if lane is None or header.kind is not Kind.DATA:
             raise FrameError(f"a {header.kind.name} frame flagged LANE on a carrier without a lane")
         payload = lane.take(header.nbytes)  # (a LaneError is an OSError: the link fails over)
         try:
@@ -151,7 +149,7 @@ class FrameAssembler:
         return self._header is not None or self._hlen > 0
 
     def _begin(self, header: Header) -> None:
-        if header.kind is DATA:
+        if header.kind is Kind.DATA:
             if not header.nbytes:  # (an empty message is whole as soon as its header is: one path for it)
                 self._sink.frame_whole(self, header.flags, header.tag, header.context, header.seq, header.ack, _EMPTY)
                 return

@@ -92,8 +92,7 @@ class Matcher(Generic[P, M]):
         if not queue:
             return None
         for i, recv in enumerate(queue):
-            # (``_wants`` inline: this runs for every message that arrives)
-            if (recv.source == source or recv.source == ANY_SOURCE) and (recv.tag == tag or recv.tag == ANY_TAG):
+            if _wants(recv, source, tag):
                 del queue[i]
                 return recv
         return None
@@ -117,6 +116,7 @@ class Matcher(Generic[P, M]):
 
 
 def _wants(pattern: Pattern, source: int, tag: int) -> bool:
+    """The MPI matching rule: `pattern` (a receive) accepts a message from `source` with `tag`."""
     return (pattern.source == ANY_SOURCE or pattern.source == source) and (
         pattern.tag == ANY_TAG or pattern.tag == tag
     )

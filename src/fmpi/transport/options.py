@@ -26,11 +26,11 @@ experiment overrides from the environment:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from .. import settings
-from .shm_lane import DEFAULT_CAPACITY
+from .links.shm_lane import DEFAULT_CAPACITY
 from .spinning import default_spin
 
 #: auto: plain connect when the peer is reachable as is, else punch, else relay.
@@ -94,6 +94,3 @@ class TransportOptions:
             values["lane_capacity"] = 0
         values.update(overrides)
         return cls(**values)
-
-    def with_(self, **changes: Any) -> "TransportOptions":
-        return replace(self, **changes)

@@ -7,7 +7,7 @@ through ``call_soon``.
 
 The one exception is ``pause_read``/``resume_read``, which any thread may
 call: a thread that blocks waiting for a message reads the link itself
-(``engine.py``, "the waiting thread reads"), and while it does the progress
+(``waiting.py``, "the waiting thread reads"), and while it does the progress
 thread must not be woken for that socket's data, or every message would
 wake two threads and hand the GIL back and forth. ``epoll_ctl`` is
 thread-safe in the kernel; ``_ctl_lock`` keeps our record of each socket's

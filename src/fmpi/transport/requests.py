@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ..wire.rank_frames import DATA, Kind
+from ..wire.rank_frames import Kind
 
 if TYPE_CHECKING:
-    from .shm_lane import LaneReader
+    from .links.shm_lane import LaneReader
 
 
 class TransportError(Exception):
@@ -55,15 +55,12 @@ class SendOp(Op):
     __slots__ = ("dest", "seq", "sync", "nbytes", "kind", "flags", "tag", "context", "parts", "on_write", "copied")
 
     def __init__(self, dest: int, nbytes: int, sync: bool) -> None:
-        # (Op's fields set here, not by super().__init__(): one call less per message)
-        self.done = False
-        self.error: TransportError | None = None
-        self.cancelled = False
+        super().__init__()
         self.dest = dest
         self.nbytes = nbytes
         self.sync = sync
         self.seq = -1
-        self.kind: Kind = DATA  # a message (``control`` makes the others)
+        self.kind: Kind = Kind.DATA  # a message (``control`` makes the others)
         # The frame's other fields are set by the stream when it takes the send (``Stream.push_data``;
         # only what it took is ever read as a frame): flags, tag, context, parts (the payload, or the
         # stream's own copy of it), on_write (it completes once its frame is written, else on ACK or
@@ -84,9 +81,7 @@ class RecvOp(Op):
     __slots__ = ("context", "source", "tag", "buffer", "payload", "status_source", "status_tag", "nbytes", "order")
 
     def __init__(self, context: int, source: int, tag: int, buffer: memoryview | None) -> None:
-        self.done = False  # (Op's fields, as in SendOp)
-        self.error: TransportError | None = None
-        self.cancelled = False
+        super().__init__()
         self.context = context
         self.source = source
         self.tag = tag
@@ -104,7 +99,8 @@ class Arrived:
     __slots__ = ("context", "source", "tag", "payload", "sync", "lane", "lane_token")
 
     def __init__(
-        self, context: int, source: int, tag: int, payload: bytearray | memoryview, sync: "int | SendOp | None"
+        self, context: int, source: int, tag: int, payload: bytearray | memoryview, sync: "int | SendOp | None",
+        lane: LaneReader | None = None, lane_token: int = 0,
     ) -> None:
         self.context = context
         self.source = source
@@ -114,5 +110,5 @@ class Arrived:
         # sender, or the SendOp itself for a synchronous send to self.
         self.sync = sync
         # The payload is still in this shared-memory lane (see LaneReader.hold), or None.
-        self.lane: LaneReader | None = None
-        self.lane_token = 0
+        self.lane = lane
+        self.lane_token = lane_token

@@ -58,13 +58,9 @@ from ..wire.rank_frames import (
     Kind,
     pack_header,
 )
+from .links.shm_lane import LANE_MIN
 from .requests import SendOp, TransportError
-from .shm_lane import LANE_MIN
 
-# Plain ints on the hot path (IntFlag arithmetic costs a microsecond a time).
-_SYNC = int(Flag.SYNC)
-_ACK_NOW = int(Flag.ACK_NOW)
-_LANE = int(Flag.LANE)
 _pack = HEADER.pack  # (``pack_header`` without its Python frame, on the per-message path)
 
 
@@ -145,7 +141,7 @@ class Stream:
                 if lane is not None:
                     laned = lane.place(parts, nbytes)  # (None: no room, it goes inline)
             if op.sync:
-                flags = _SYNC
+                flags = Flag.SYNC
                 on_write = False
                 self.sync[seq] = op
             elif laned is not None:
@@ -157,9 +153,9 @@ class Stream:
                     copied = nbytes
                     self._copied_unacked += nbytes
                     if self._copied_unacked > self._ack_window:
-                        flags = _ACK_NOW
+                        flags = Flag.ACK_NOW
             else:
-                flags = _ACK_NOW
+                flags = Flag.ACK_NOW
                 on_write = False
             op.seq = seq
             op.flags = flags
@@ -172,15 +168,11 @@ class Stream:
             if carrier is None or self.next_unsent != seq:
                 return None, False  # (``attach`` writes it, or it waits behind frames not yet written)
             self.next_unsent = seq + 1
-            ack = self.recv_next  # (``_take_ack`` inline: once per message)
-            if ack > self.acked_out:
-                self.acked_out = ack
-                self._rx_bytes = 0
-                self._ack_asap = False
+            ack = self._take_ack()
             if laned is None:
                 frame = [_pack(op.kind, flags, 0, self.me, tag, context, seq, nbytes, ack), *parts]
             else:  # the payload is in the lane; a resend (``_frame``) carries it inline
-                frame = [_pack(op.kind, flags | _LANE, 0, self.me, tag, context, seq, nbytes, ack)]
+                frame = [_pack(op.kind, flags | Flag.LANE, 0, self.me, tag, context, seq, nbytes, ack)]
             # Hand over hand: take the carrier's write lock before letting go of
             # ours, so frames still go out in seq order, but acknowledgements
             # (which need only our lock) are not held up by a long sendmsg.
@@ -278,7 +270,7 @@ class Stream:
                     self._recycle(op.parts[0])
             op.parts = _NO_PARTS  # (a Request may outlive this: let go of the sender's buffer)
             # (an op completed on write is usually done already: skip it cheaply)
-            if not op.done and not op.flags & _SYNC:
+            if not op.done and not op.flags & Flag.SYNC:
                 done.append(op)
         return done
 
@@ -346,7 +338,7 @@ class Stream:
             return self.check_seq(seq)  # (False for a duplicate; raises on a gap)
         self.recv_next = expected + 1
         self._rx_bytes += nbytes
-        if flags & _ACK_NOW:
+        if flags & Flag.ACK_NOW:
             self._ack_asap = True
         return True
 

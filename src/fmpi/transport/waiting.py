@@ -28,18 +28,19 @@ from __future__ import annotations
 
 import os
 import select
-import threading
 import time
 from contextlib import contextmanager
 from typing import Callable, Iterable, Iterator, Sequence
 
 from ..wire.rank_frames import FrameError
 from . import hang
-from .link import Link, PeerClosed
+from .core import Core
+from .links.link import Link, PeerClosed
 from .matching import ANY_SOURCE
-from .peers import LINKED
-from .progress import READ
+from .peers import PeerState
+from .receiving import Receiver
 from .requests import Op, RecvOp, SendOp, TransportError
+from .sending import Sender
 from .spinning import SpinBudget, spin_poll
 
 # A held link goes back to the progress thread after this long without a waiter ...
@@ -50,67 +51,48 @@ HOLD_CHECK = 0.02
 _POLLIN = select.POLLIN
 
 
-class WaitingMixin:
-    """The waiting half of ``Engine`` (it uses the engine's lock, peers, loop and condition)."""
+class Waiter:
+    """Blocking waits: which thread reads which link, and the general wait over any set of operations.
+    It owns the held links, the hang-diagnosis records and the spin budget."""
 
-    def _init_waiting(self) -> None:
+    def __init__(
+        self, core: Core, receiver: Receiver, sender: Sender, on_read_failure: Callable[[Link], None]
+    ) -> None:
+        self._core = core
+        self._receiver = receiver
+        self._sender = sender
+        self._on_read_failure = on_read_failure  # the progress thread takes a link a read failed on
         self.waits = hang.WaitRegistry()  # what each blocked thread waits for (FMPI_TIMEOUT diagnosis)
-        self._sleepers = 0  # threads on _cond (notify_all costs microseconds: skip it when none)
-        self._reader: int | None = None  # the thread reading links while it waits
-        self._reading: tuple[Link, ...] = ()  # ... and the links it reads
-        self._reader_woken = False  # ... and whether it was rung since it last looked
-        self._reader_bell = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-        self._held: set[Link] = set()  # links paused in the progress thread for waiting readers
+        self.held: set[Link] = set()  # links paused in the progress thread for waiting readers
         self._hold_timer = False
-        self._spin = SpinBudget(self.options.spin, self.options.spin_yield)  # how long a wait polls before it sleeps
-
-    # ------------------------------------------------------------ waking
-    def _notify_locked(self) -> None:
-        """Wake every waiter (lock held): those on the condition, and the thread reading links."""
-        if self._sleepers:
-            self._cond.notify_all()
-        reader = self._reader
-        if reader is not None and not self._reader_woken and reader != threading.get_ident():
-            self._reader_woken = True
-            os.eventfd_write(self._reader_bell, 1)
-
-    def _sleep(self, deadline: float | None, what: str, remaining: float | None = None) -> None:
-        """Wait on the condition (lock held; the caller checked its condition under this same hold)."""
-        if deadline is not None:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TransportError(f"{what} timed out", "ERR_TIMEOUT")
-        self._sleepers += 1
-        try:
-            self._cond.wait(remaining)
-        finally:
-            self._sleepers -= 1
+        self.spin = SpinBudget(core.options.spin, core.options.spin_yield)  # how long a wait polls before it sleeps
 
     # ------------------------------------------------------------ blocking
-    def _block(self, ready: Callable[[], bool], ops: Sequence[Op], timeout: float | None, what: str) -> None:
+    def block(self, ready: Callable[[], bool], ops: Sequence[Op], timeout: float | None, what: str) -> None:
         """Return once ready() holds; raises ERR_TIMEOUT after `timeout` (else FMPI_TIMEOUT) and the engine's fatal error."""
-        hang_check = timeout is None and self.options.op_timeout is not None
+        core = self._core
+        hang_check = timeout is None and core.options.op_timeout is not None
         if hang_check:
-            timeout = self.options.op_timeout
+            timeout = core.options.op_timeout
         deadline = None if timeout is None else time.monotonic() + timeout
         ident = self.waits.enter(ops) if hang_check else 0  # (only FMPI_TIMEOUT jobs are ever asked)
         try:
             links = self._take_links(ops)
             if not links:
-                with self._lock:
+                with core.lock:
                     while not ready():
-                        self._check_fatal()
-                        if self._loop.stopped:
+                        core.check_fatal()
+                        if core.loop.stopped:
                             raise TransportError(f"{what}: this rank's transport has stopped", "ERR_OTHER")
-                        self._sleep(deadline, what)
+                        core.wake.sleep(deadline, what)
                 return
             try:
                 self._read_until(ready, ops, links, deadline, what)
             finally:
-                self._give_back(links)
+                self.give_back(links)
         except TransportError as exc:
             if hang_check and exc.error_class == "ERR_TIMEOUT":
-                raise self._hung(ops) from None
+                raise self.hung(ops) from None
             raise
         finally:
             if hang_check:
@@ -120,7 +102,7 @@ class WaitingMixin:
     def blocked_elsewhere(self, what: str) -> Iterator[float | None]:
         """Around a wait outside the engine (a server-side collective): yields FMPI_TIMEOUT's deadline
         (None: no timeout), and hang diagnosis reports the thread as waiting in `what` meanwhile."""
-        t = self.options.op_timeout
+        t = self._core.options.op_timeout
         if t is None:
             yield None
             return
@@ -131,22 +113,24 @@ class WaitingMixin:
             self.waits.leave(ident)
 
     def timed_out_elsewhere(self, what: str) -> TransportError:
-        """FMPI_TIMEOUT expired in a wait outside the engine: as ``_hung``."""
-        return self._hung_in(what)
+        """FMPI_TIMEOUT expired in a wait outside the engine: as ``hung``."""
+        return self.hung_in(what)
 
-    def _hung(self, ops: Sequence[Op]) -> TransportError:
+    def hung(self, ops: Sequence[Op]) -> TransportError:
         """FMPI_TIMEOUT expired: have every rank print its state, then fail with our own."""
         pending = [op for op in ops if not op.done]
-        return self._hung_in("; ".join(self.waits.describe_op(op) for op in pending))
+        return self.hung_in("; ".join(self.waits.describe_op(op) for op in pending))
 
-    def _hung_in(self, what: str) -> TransportError:
-        t = self.options.op_timeout
-        hang.report(self.rank, [f"FMPI_TIMEOUT: waited {t:g} s in {what}"])
-        if self._relay is not None:
-            with self._lock:
-                peers = [self._peer(rank) for rank in range(self.size) if rank != self.rank]
+    def hung_in(self, what: str) -> TransportError:
+        """FMPI_TIMEOUT expired in `what`: as ``hung``."""
+        core = self._core
+        t = core.options.op_timeout
+        hang.report(core.rank, [f"FMPI_TIMEOUT: waited {t:g} s in {what}"])
+        if core.relay is not None:
+            with core.lock:
+                peers = [core.peer(rank) for rank in range(core.size) if rank != core.rank]
             for peer in peers:
-                self._send_control_via_relay(peer, "diagnose")
+                self._sender.via_relay(peer, "diagnose")
             time.sleep(hang.ANSWER_GRACE)  # (their lines reach the launcher before our failure ends the job)
         return TransportError(
             f"{what} did not complete within FMPI_TIMEOUT={t:g} s (every rank's state is printed above)", "ERR_TIMEOUT"
@@ -154,8 +138,9 @@ class WaitingMixin:
 
     def _take_links(self, ops: Sequence[Op]) -> tuple[Link, ...]:
         """Hold the TCP links the pending `ops` wait on, for this thread to read ((): sleep on the condition)."""
-        with self._lock:
-            if self._reader is not None or self._fatal is not None or self._loop.stopped:
+        core = self._core
+        with core.lock:
+            if core.wake.reader is not None or core.fatal is not None or core.loop.stopped:
                 return ()
             ranks: Iterable[int]
             if len(ops) == 1 and isinstance(ops[0], RecvOp) and ops[0].source != ANY_SOURCE:
@@ -167,68 +152,62 @@ class WaitingMixin:
                         continue
                     if isinstance(op, RecvOp):
                         if op.source == ANY_SOURCE:
-                            ranks.update(self._peers)
+                            ranks.update(core.peers)
                         else:
                             ranks.add(op.source)
                     elif isinstance(op, SendOp):
                         ranks.add(op.dest)
             taken = []
             for rank in ranks:
-                peer = self._peers.get(rank)
-                if peer is None or peer.state is not LINKED or peer.link is None:
+                peer = core.peers.get(rank)
+                if peer is None or peer.state is not PeerState.LINKED or peer.link is None:
                     continue
                 link = peer.link
-                if link not in self._held:
-                    if link.retired or not self._loop.pause_read(link.sock):
+                if link not in self.held:
+                    if link.retired or not core.loop.pause_read(link.sock):
                         continue
-                    self._held.add(link)
+                    self.held.add(link)
                     if not self._hold_timer:
                         self._hold_timer = True
-                        self._loop.call_later(HOLD_CHECK, self._release_idle)
+                        core.loop.call_later(HOLD_CHECK, self._release_idle)
                 taken.append(link)
             if taken:
-                self._reader = threading.get_ident()
-                self._reading = tuple(taken)
-                self._reader_woken = False
+                core.wake.claim(tuple(taken))
             return tuple(taken)
 
-    def _give_back(self, links: tuple[Link, ...]) -> None:
+    def give_back(self, links: tuple[Link, ...]) -> None:
+        core = self._core
         now = time.monotonic()
-        with self._lock:
-            if self._reader_woken:
-                # Drained under the lock: once we let go, the next reader's rings are its own.
-                try:
-                    os.eventfd_read(self._reader_bell)
-                except BlockingIOError:
-                    pass
-            self._reader = None
-            self._reading = ()
+        with core.lock:
+            core.wake.release()
             for link in links:
                 link.idle_since = now
         for link in links:
-            stream = self._peers[link.peer].stream
+            stream = core.peers[link.peer].stream
             if stream.recv_next > stream.acked_out and not stream.ack_timer:
-                self._ack(link.peer, from_timer=False)  # arm the delayed ACK for what we read
+                self._receiver.ack(link.peer, from_timer=False)  # arm the delayed ACK for what we read
 
     def _release_idle(self) -> None:
         """Progress thread: hand back held links no thread has waited on for HOLD_IDLE."""
+        core = self._core
         now = time.monotonic()
-        with self._lock:
-            for link in list(self._held):
+        with core.lock:
+            for link in list(self.held):
                 if link.retired:
-                    self._held.discard(link)
-                elif link not in self._reading and now - link.idle_since >= HOLD_IDLE:
-                    self._held.discard(link)
-                    self._loop.resume_read(link.sock)
-            if self._held:
-                self._loop.call_later(HOLD_CHECK, self._release_idle)
+                    self.held.discard(link)
+                elif link not in core.wake.reading and now - link.idle_since >= HOLD_IDLE:
+                    self.held.discard(link)
+                    core.loop.resume_read(link.sock)
+            if self.held:
+                core.loop.call_later(HOLD_CHECK, self._release_idle)
             else:
                 self._hold_timer = False
 
     def _read_until(
         self, ready: Callable[[], bool], ops: Sequence[Op], links: tuple[Link, ...], deadline: float | None, what: str
     ) -> None:
-        bell = self._reader_bell
+        core = self._core
+        bell = core.wake.bell
         if len(links) == 1:
             poller, watched = links[0].wait_poller(bell)
         else:
@@ -243,13 +222,13 @@ class WaitingMixin:
         while True:
             if ready():
                 return
-            with self._lock:
+            with core.lock:
                 if ready():
                     return
-                self._check_fatal()
-                if self._loop.stopped:
+                core.check_fatal()
+                if core.loop.stopped:
                     raise TransportError(f"{what}: this rank's transport has stopped", "ERR_OTHER")
-                self._reader_woken = False
+                core.wake.woken = False
                 for fd in [fd for fd, link in watched.items() if link.retired or link.read_failure is not None]:
                     # The link went to the progress thread (failover, failure): from
                     # now on it delivers what this pair sends, and rings the bell.
@@ -262,7 +241,7 @@ class WaitingMixin:
                 ms = max(1, int(remaining * 1000 + 1))
             # Only sends left to wait for: only their acknowledgements are awaited (``Link.on_readable``).
             ack_only = all(op.done or op.__class__ is SendOp for op in ops)
-            for fd, _event in spin_poll(poller, ms, self._spin):
+            for fd, _event in spin_poll(poller, ms, self.spin):
                 link = watched.get(fd)
                 if link is not None:
                     self.read_link_here(link, ack_only)
@@ -278,7 +257,8 @@ class WaitingMixin:
         """Read what `link` has on the calling (waiting) thread; failures go to the progress thread.
 
         `ack_only`: the caller waits only for an acknowledgement (``Link.on_readable``)."""
-        with self._peers[link.peer].stream.rx_lock:
+        core = self._core
+        with core.peers[link.peer].stream.rx_lock:
             if link.retired or link.read_failure is not None:
                 return
             try:
@@ -286,16 +266,9 @@ class WaitingMixin:
             except (PeerClosed, OSError, FrameError) as exc:
                 link.read_failure = exc
         if link.read_failure is not None:
-            self._loop.call_soon(lambda: self._on_link_event(link, READ))
-        elif self._peers[link.peer].stream.ack_due() == "now":
-            self._ack(link.peer, from_timer=False)
-
-    def _close_bell(self) -> None:
-        """The loop stopped: close the bell unless a reader still polls it (it then dies with the process)."""
-        with self._lock:
-            if self._reader is None and self._reader_bell >= 0:
-                os.close(self._reader_bell)
-                self._reader_bell = -1
+            core.loop.call_soon(lambda: self._on_read_failure(link))
+        elif core.peers[link.peer].stream.ack_due() == "now":
+            self._receiver.ack(link.peer, from_timer=False)
 
 
 def _forget(poller: "select.poll", fd: int) -> None:

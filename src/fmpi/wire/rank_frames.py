@@ -39,14 +39,12 @@ class Kind(enum.IntEnum):
     DIAGNOSE = 7  # via the relay: "print what you are waiting for" (hang diagnosis, hang.py)
 
 
-SEQUENCED = frozenset({Kind.DATA, Kind.BYE, Kind.MATCHED})
 _KINDS: dict[int, Kind] = {int(k): k for k in Kind}  # a dict lookup is ~10x cheaper than Kind(k)
-# Reading an enum member off its class costs ~90 ns (a module global ~8): the hot paths use this alias.
-DATA = Kind.DATA
 
 
-class Flag(enum.IntFlag):
-    NONE = 0
+class Flag:
+    """The header's flag bits: plain ints (a header's flags are an int, tested once per frame)."""
+
     SYNC = 1  # synchronous send: the receiver answers with MATCHED when it is matched
     ACK_NOW = 2  # the sender waits for this frame's acknowledgement: acknowledge at once
     LANE = 4  # the payload is not on the link but next in its shared-memory lane (shm_lane.py)
@@ -90,6 +88,6 @@ def parse_header(
         raise FrameError(f"unknown frame kind {number}")
     if nbytes > MAX_PAYLOAD:
         raise FrameError(f"frame length {nbytes} exceeds the limit of {MAX_PAYLOAD} bytes")
-    if kind is not DATA and nbytes:
+    if kind is not Kind.DATA and nbytes:
         raise FrameError(f"{kind.name} frame must not carry a payload (got {nbytes} bytes)")
     return Header(kind, flags, source, tag, context, seq, nbytes, ack)

@@ -106,7 +106,6 @@ def abort_body(code: int, reason: str, cause: dict[str, Any] | None = None) -> d
 
 
 FORWARD_RANK = struct.Struct("!i")
-FORWARD_OVERHEAD = HEADER_SIZE + FORWARD_RANK.size
 
 
 def encode(kind: Kind, body: dict[str, Any] | None = None) -> bytes:
@@ -180,7 +179,6 @@ def _type_name(typ: type | tuple[type, ...]) -> str:
 # object, then the value's raw bytes (never unpickled: numpy data is read with
 # frombuffer and a whitelisted dtype).
 DSO_PREFIX = struct.Struct("!II")
-DSO_OVERHEAD = HEADER_SIZE + DSO_PREFIX.size
 MAX_DSO_JSON = 64 << 10
 
 

@@ -40,29 +40,46 @@ from __future__ import annotations
 import socket
 import sys
 import time
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import Callable, Protocol, Sequence
 
-from ..natpunch.simultaneous_open import PunchCancel, PunchResult, punch_many
+from ...natpunch.simultaneous_open import PunchCancel, PunchResult, punch_many
+from ..core import Core
+from ..peers import Peer, PeerState
+from ..requests import TransportError
+from ..routes import Route
 from .handshake import HandshakeError, Verdict, accept_side, initiate, read_hello
-from .peers import Peer, PeerState
-from .requests import TransportError
-from .routes import Route
-
-if TYPE_CHECKING:
-    from .engine import Engine
 
 Endpoint = tuple[str, int]
 
 
+class LinkEvents(Protocol):
+    """What the linker reports to (``carriers.Carriers``): a link is up, the pair goes through the relay,
+    the peer cannot be reached. The last two are called with the core's lock held."""
+
+    def install(self, rank: int, sock: socket.socket, channel: str, role: str, lane: str = "") -> None: ...
+    def go_relay_locked(self, peer: Peer) -> None: ...
+    def fail_peer_locked(self, peer: Peer, reason: TransportError) -> None: ...
+
+
 class Linker:
+    """Sets up the link to each peer that needs one (see the module docstring)."""
+
     def __init__(
         self,
-        engine: "Engine",
+        core: Core,
+        events: LinkEvents,
+        via_relay: Callable[[Peer, str], None],
+        secret: bytes,
+        host_key: bytes,
         endpoints: Callable[[int], Sequence[Endpoint]],
         routes: dict[int, Route] | None,
         local_addr: Endpoint | None,
     ) -> None:
-        self._e = engine
+        self._core = core
+        self._events = events
+        self._via_relay = via_relay  # a PUNCH request to the peer through the relay (``Sender.via_relay``)
+        self._secret = secret
+        self._host_key = host_key  # sent in every handshake: peers with the same key get shared-memory lanes
         self._endpoints = endpoints
         self._routes = routes or {}
         self._local = local_addr
@@ -79,7 +96,7 @@ class Linker:
 
     def _usable(self, rank: int, steps: list[str]) -> list[str]:
         """Drop steps this engine cannot run: without a relay there is no punch coordination and no relaying."""
-        has_relay = self._e.has_relay()
+        has_relay = self._core.relay is not None
         out = []
         for step in steps:
             if step == "relay" and not has_relay:
@@ -100,7 +117,7 @@ class Linker:
 
     def _load_plan(self, peer: Peer) -> None:
         peer.planned = True
-        steps = self._usable(peer.rank, self.route(peer.rank).steps(self._e.options.channel))
+        steps = self._usable(peer.rank, self.route(peer.rank).steps(self._core.options.channel))
         peer.steps = [s for s in steps if s != peer.running]
 
     # ============================================ triggers (engine lock held)
@@ -109,16 +126,16 @@ class Linker:
         if peer.state is PeerState.NONE:
             self._begin(peer)
             self._load_plan(peer)
-            self._advance(peer)
+            self.advance(peer)
         elif peer.state is PeerState.SETUP and not peer.planned:
             self._load_plan(peer)  # so far this side only answered the peer; now it needs the link itself
-            self._advance(peer)
+            self.advance(peer)
 
     def decide(self, peer: Peer, src: int) -> Verdict:
         """The acceptor's verdict on a HELLO from `src` (see the module docstring)."""
         if peer.state in (PeerState.LINKED, PeerState.RELAYED, PeerState.GONE) or peer.accepting:
             return Verdict.DUPLICATE
-        if peer.handshakes_out and src > self._e.rank:
+        if peer.handshakes_out and src > self._core.rank:
             return Verdict.TIE_LOST
         if peer.state is PeerState.NONE:
             self._begin(peer)
@@ -136,7 +153,7 @@ class Linker:
             cancel.cancel()
         self._cancels.clear()
 
-    def _advance(self, peer: Peer) -> None:
+    def advance(self, peer: Peer) -> None:
         """Start the next step when nothing is in progress any more."""
         if peer.state is not PeerState.SETUP or self._stopped:
             return
@@ -145,7 +162,7 @@ class Linker:
         now = time.monotonic()
         if peer.tie_wait_until > now:
             rank = peer.rank
-            self._e._loop.call_later(peer.tie_wait_until - now + 0.001, lambda: self._recheck(rank))
+            self._core.loop.call_later(peer.tie_wait_until - now + 0.001, lambda: self._recheck(rank))
             return
         if peer.punch_wanted:
             peer.punch_wanted = False
@@ -158,91 +175,91 @@ class Linker:
         if not peer.steps:
             if peer.planned or peer.stream.pending():
                 why = "; ".join(peer.errors) or "no way to reach it"
-                self._e._fail_peer_locked(peer, TransportError(f"cannot reach rank {peer.rank}: {why}", "ERR_UNREACHABLE"))
+                self._events.fail_peer_locked(peer, TransportError(f"cannot reach rank {peer.rank}: {why}", "ERR_UNREACHABLE"))
             else:
                 peer.state = PeerState.NONE  # we only answered the peer; it will come back if it needs us
             return
         step = peer.steps.pop(0)
         if step == "relay":
-            self._e._go_relay_locked(peer)
+            self._events.go_relay_locked(peer)
         elif step == "direct":
             peer.running = "direct"
             endpoints = list(self.route(peer.rank).direct) or list(self.route(peer.rank).punch)
-            self._e._pool.submit(self._direct, peer.rank, endpoints)
+            self._core.pool.submit(self._direct, peer.rank, endpoints)
         elif step == "punch":
             self._start_punch(peer)
 
     def _recheck(self, rank: int) -> None:
-        with self._e._lock:
-            peer = self._e._peers.get(rank)
+        with self._core.lock:
+            peer = self._core.peers.get(rank)
             if peer is not None:
-                self._advance(peer)
+                self.advance(peer)
 
     # ============================================================== direct
     def _direct(self, rank: int, endpoints: list[Endpoint]) -> None:
-        e = self._e
+        core = self._core
         try:
             for endpoint in endpoints:
-                with e._lock:
-                    if e._peers[rank].state is not PeerState.SETUP:
+                with core.lock:
+                    if core.peers[rank].state is not PeerState.SETUP:
                         return
                 where = f"{endpoint[0]}:{endpoint[1]}"
                 try:
-                    sock = socket.create_connection(endpoint, timeout=e.options.direct_timeout)
+                    sock = socket.create_connection(endpoint, timeout=core.options.direct_timeout)
                 except OSError as exc:
                     self._note(rank, f"connect {where}: {exc.strerror or exc}")
                     continue
                 if self._initiate(rank, sock, "direct", where):
                     return
         finally:
-            with e._lock:
-                peer = e._peers[rank]
+            with core.lock:
+                peer = core.peers[rank]
                 if peer.running == "direct":
                     peer.running = None
-                self._advance(peer)
+                self.advance(peer)
 
     # =============================================================== punch
     def on_punch_request(self, rank: int) -> None:
         """The peer asked us (through the relay) to punch towards it now. Progress thread."""
-        e = self._e
-        if not 0 <= rank < e.size or rank == e.rank:
+        core = self._core
+        if not 0 <= rank < core.size or rank == core.rank:
             return
-        with e._lock:
-            peer = e._peer(rank)
+        with core.lock:
+            peer = core.peer(rank)
             if peer.state is PeerState.NONE:
                 self._begin(peer)
-                peer.steps = self._usable(rank, self.route(rank).passive_steps(e.options.channel))
-                self._advance(peer)
+                peer.steps = self._usable(rank, self.route(rank).passive_steps(core.options.channel))
+                self.advance(peer)
             elif peer.state is PeerState.SETUP and peer.running != "punch":
                 peer.punch_wanted = True
-                self._advance(peer)
+                self.advance(peer)
 
     def _start_punch(self, peer: Peer) -> None:
-        e = self._e
+        core = self._core
         peer.running = "punch"
         if peer.planned:
             # Ask the peer to punch towards us too (it ignores this if it already is).
-            e._send_control_via_relay(peer, "punch")
+            self._via_relay(peer, "punch")
         self._batch[peer.rank] = list(self.route(peer.rank).punch)
         if len(self._batch) == 1:
-            e._loop.call_later(e.options.punch_gather, self._start_batch)
+            core.loop.call_later(core.options.punch_gather, self._start_batch)
 
     def _start_batch(self) -> None:
-        e = self._e
-        with e._lock:
+        core = self._core
+        with core.lock:
             batch, self._batch = self._batch, {}
             if self._stopped or not batch:
                 return
             cancel = PunchCancel()
             for rank in batch:
                 self._cancels[rank] = cancel
-        e._pool.submit(self._punch, batch, cancel)
+        core.pool.submit(self._punch, batch, cancel)
 
     def _punch(self, batch: dict[int, list[Endpoint]], cancel: PunchCancel) -> None:
         """One punch_many for the batch; each peer is handed on the moment its outcome is known."""
-        e = self._e
+        core = self._core
         assert self._local is not None
-        deadline = time.monotonic() + e.options.punch_timeout
+        deadline = time.monotonic() + core.options.punch_timeout
         done: set[int] = set()
 
         def on_result(rank: int, result: PunchResult) -> None:
@@ -250,7 +267,7 @@ class Linker:
             if result.ok:
                 for extra in result.extra_socks:
                     extra.close()
-                e._pool.submit(self._punched, rank, result.sock)
+                core.pool.submit(self._punched, rank, result.sock)
             else:
                 self._punch_failed(rank, result.reason)
 
@@ -260,38 +277,38 @@ class Linker:
             for rank in set(batch) - done:
                 self._punch_failed(rank, f"hole punch failed: {exc!r}")
         finally:
-            with e._lock:
+            with core.lock:
                 for rank in batch:
                     if self._cancels.get(rank) is cancel:
                         del self._cancels[rank]
             cancel.close()
 
     def _punch_failed(self, rank: int, reason: str) -> None:
-        e = self._e
-        with e._lock:
-            peer = e._peers[rank]
+        core = self._core
+        with core.lock:
+            peer = core.peers[rank]
             if peer.state is PeerState.SETUP:
                 peer.errors.append(reason)
             if peer.running == "punch":
                 peer.running = None
-            self._advance(peer)
+            self.advance(peer)
 
     def _punched(self, rank: int, sock: socket.socket) -> None:
         try:
             self._initiate(rank, sock, "punched", "punched connection")
         finally:
-            with self._e._lock:
-                peer = self._e._peers[rank]
+            with self._core.lock:
+                peer = self._core.peers[rank]
                 if peer.running == "punch":
                     peer.running = None
-                self._advance(peer)
+                self.advance(peer)
 
     # ========================================================== handshakes
     def _initiate(self, rank: int, sock: socket.socket, channel: str, where: str) -> bool:
         """Handshake on a connection we opened. True when the pair is settled (stop trying others)."""
-        e = self._e
-        with e._lock:
-            peer = e._peers[rank]
+        core = self._core
+        with core.lock:
+            peer = core.peers[rank]
             if peer.state is not PeerState.SETUP or peer.accepting:
                 sock.close()
                 return True
@@ -301,18 +318,18 @@ class Linker:
 
         def decide() -> Verdict:
             nonlocal swapped, given
-            with e._lock:
+            with core.lock:
                 swapped = True
                 peer.handshakes_out -= 1
                 given = self.decide(peer, rank)
                 return given
 
         try:
-            sock.settimeout(e.options.connect_timeout)
-            outcome = initiate(sock, e._secret, e.rank, rank, channel, decide, e.host_key)
+            sock.settimeout(core.options.connect_timeout)
+            outcome = initiate(sock, self._secret, core.rank, rank, channel, decide, self._host_key)
         except (OSError, HandshakeError) as exc:
             sock.close()
-            with e._lock:
+            with core.lock:
                 if not swapped:
                     peer.handshakes_out -= 1
                 elif given is Verdict.ACCEPT:
@@ -320,10 +337,10 @@ class Linker:
                 peer.errors.append(f"{where}: {exc}")
             return False
         if outcome.verdict is Verdict.ACCEPT:
-            e._install(rank, sock, outcome.channel, outcome.role, outcome.lane)
+            self._events.install(rank, sock, outcome.channel, outcome.role, outcome.lane)
             return True
         sock.close()
-        with e._lock:
+        with core.lock:
             if outcome.role == "connector":
                 peer.handshakes_out -= 1
             if outcome.verdict is Verdict.WRONG_RANK:
@@ -331,45 +348,45 @@ class Linker:
                 return False
             if outcome.role == "connector":
                 # The peer's own connection wins (or one is already up): give it time to arrive.
-                peer.tie_wait_until = time.monotonic() + e.options.retry_after_tie
+                peer.tie_wait_until = time.monotonic() + core.options.retry_after_tie
         return True
 
     def accepted(self, sock: socket.socket) -> None:
         """Our listener accepted a connection (progress thread): run the acceptor's half on the pool."""
-        self._e._pool.submit(self._accept, sock)
+        self._core.pool.submit(self._accept, sock)
 
     def _accept(self, sock: socket.socket) -> None:
-        e = self._e
+        core = self._core
         src = -1
         verdict: Verdict | None = None
         try:
             sock.setblocking(True)
-            sock.settimeout(e.options.connect_timeout)
-            hello = read_hello(sock, e.rank)
+            sock.settimeout(core.options.connect_timeout)
+            hello = read_hello(sock, core.rank)
             src = hello.src
-            with e._lock:
-                if not 0 <= src < e.size or src == e.rank:
+            with core.lock:
+                if not 0 <= src < core.size or src == core.rank:
                     raise HandshakeError(f"connection claims impossible rank {src}")
-                verdict = self.decide(e._peer(src), src)
-            outcome = accept_side(sock, e._secret, e.rank, hello, verdict, e.host_key)
+                verdict = self.decide(core.peer(src), src)
+            outcome = accept_side(sock, self._secret, core.rank, hello, verdict, self._host_key)
         except (OSError, HandshakeError) as exc:
             sock.close()
-            with e._lock:
-                peer = e._peers.get(src)
+            with core.lock:
+                peer = core.peers.get(src)
                 if peer is not None and verdict is Verdict.ACCEPT:
                     peer.accepting = False
-                    self._advance(peer)
+                    self.advance(peer)
             # A connection closed before saying anything is the loser of a
             # race (its side was linked meanwhile), or a port scan: not news.
             silent = src == -1 and isinstance(exc, HandshakeError) and "closed the connection" in str(exc)
             if not silent and "impossible" not in str(exc):
-                print(f"fmpi: rank {e.rank}: refused a connection: {exc}", file=sys.stderr)
+                print(f"fmpi: rank {core.rank}: refused a connection: {exc}", file=sys.stderr)
             return
         if verdict is Verdict.ACCEPT:
-            e._install(src, sock, outcome.channel, "acceptor", outcome.lane)
+            self._events.install(src, sock, outcome.channel, "acceptor", outcome.lane)
         else:
             sock.close()
 
     def _note(self, rank: int, error: str) -> None:
-        with self._e._lock:
-            self._e._peers[rank].errors.append(error)
+        with self._core.lock:
+            self._core.peers[rank].errors.append(error)

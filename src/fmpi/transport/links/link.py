@@ -1,7 +1,7 @@
 """One established, authenticated TCP connection to one peer rank: a carrier of that pair's frames.
 
 Reading is done by the progress thread, or by a thread waiting for a
-message from this peer (see ``engine.py``): bytes land in a staging buffer (so
+message from this peer (see ``waiting.py``): bytes land in a staging buffer (so
 a burst of small frames costs one syscall) and go to the link's
 ``FrameAssembler``; once the staging buffer is empty, the rest of a large
 payload is read straight into its destination with ``recv_into`` (no
@@ -32,9 +32,9 @@ from __future__ import annotations
 import select
 import socket
 
-from ..wire.rank_frames import HEADER_SIZE
-from .assembler import FrameAssembler, FrameSink
-from .queued_writer import QueuedWriter
+from ...wire.rank_frames import HEADER_SIZE
+from ..assembler import FrameAssembler, FrameSink
+from ..queued_writer import QueuedWriter
 from .shm_lane import LaneReader, LaneWriter
 
 # A read between frames goes to the stage; it must be small, because whatever
