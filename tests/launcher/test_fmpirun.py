@@ -149,11 +149,14 @@ def test_a_failing_rank_ends_the_job_and_is_named(program, tmp_path, action, cod
     assert not pids_alive(int(p.name) for p in pids.iterdir())
 
 
+@pytest.mark.parametrize("slow_exit", [False, True], ids=["", "slow-exit"])
 @pytest.mark.parametrize("action", ["sys.exit(3)", "os._exit(3)"])
-def test_a_rank_that_exits_mid_collective_is_blamed_alone_with_its_status(action):
+def test_a_rank_that_exits_mid_collective_is_blamed_alone_with_its_status(action, slow_exit):
     """The peers fail on it ("rank 1 has finalized" / "is gone") but are consequences: no tracebacks of theirs,
-    and fmpirun names rank 1 with its own exit status, as mpiexec does."""
-    code = f"import os, sys; from mpi4py import MPI; c = MPI.COMM_WORLD; c.rank == 1 and {action}; c.Barrier()"
+    and fmpirun names rank 1 with its own exit status, as mpiexec does. Also when rank 1 takes longer to end after
+    it finalized than fmpirun waits before it stops the others (a loaded machine: the blame must not turn)."""
+    linger = "import atexit, time; atexit.register(time.sleep, 4); " if slow_exit else ""  # (runs after fmpi's)
+    code = f"{linger}import os, sys; from mpi4py import MPI; c = MPI.COMM_WORLD; c.rank == 1 and {action}; c.Barrier()"
     result = run("-n", "4", PY, "-c", code, timeout=60)
     assert result.returncode == 3, result.stderr
     assert "fmpirun: rank 1 exited with status 3" in result.stderr

@@ -29,6 +29,7 @@ from . import closed_output, stdin_forward
 from .job import Job, failure_status
 
 KILL_GRACE = 2.0  # seconds between asking ranks to stop and killing them
+FINALIZING_GRACE = 10.0  # seconds more for a rank that finalized mid-job to end by itself (its status is the news)
 _PR_SET_PDEATHSIG = 1
 
 
@@ -205,14 +206,13 @@ def _supervise(job: Job, procs: list[subprocess.Popen]) -> Outcome:
     """Wait for the ranks; the first failure (or a job failure at the relay) ends all of them."""
     wake = threading.Condition()
     exited: dict[int, int] = {}
-    exit_times: dict[int, float] = {}
-    first_kill: list[float] = []  # when fmpirun itself began killing ranks
+    signalled: set[int] = set()  # ranks fmpirun itself killed
+    spared: set[int] = set()  # ranks given time to end on their own (they finalized mid-job)
 
     def reap(rank: int, proc: subprocess.Popen) -> None:
         code = proc.wait()
         with wake:
             exited[rank] = code
-            exit_times[rank] = time.monotonic()
             wake.notify()
 
     def on_change() -> None:
@@ -254,9 +254,14 @@ def _supervise(job: Job, procs: list[subprocess.Popen]) -> Outcome:
                 job.abort(1, f"rank {rank} stopped responding")
                 kill_at = time.monotonic()
             if kill_at is not None and time.monotonic() >= kill_at:
-                first_kill.append(time.monotonic())
-                _kill([p for r, p in enumerate(procs) if r not in exited], wait=False)
-                kill_at = None
+                # A rank that finalized while its peers still talked to it (sys.exit mid-collective) is on its
+                # way out: its own exit status is the news, so it gets time to end rather than a kill.
+                leaving = _finalized_mid_job(job) - set(exited) - spared
+                spared |= leaving
+                victims = [r for r in range(len(procs)) if r not in exited and r not in signalled and r not in leaving]
+                _kill([procs[r] for r in victims], wait=False)
+                signalled.update(victims)
+                kill_at = time.monotonic() + FINALIZING_GRACE if leaving else None
             if len(exited) == len(procs):
                 break
             wake.wait(None if kill_at is None else max(0.0, kill_at - time.monotonic()))
@@ -274,11 +279,16 @@ def _supervise(job: Job, procs: list[subprocess.Popen]) -> Outcome:
         else:
             failure.message = _describe_exit(failed_rank, exited[failed_rank])
     if failure is not None:
-        failure = _root_cause(failure, job, exited, exit_times, first_kill[0] if first_kill else None)
+        failure = _root_cause(failure, job, exited, signalled)
     return failure or Outcome(0)
 
 
-def _root_cause(failure: Outcome, job: Job, exited: dict[int, int], exit_times: dict[int, float], killed: float | None) -> Outcome:
+def _finalized_mid_job(job: Job) -> set[int]:
+    """Ranks an abort blames for having finalized while a peer still waited on them."""
+    return {a.cause["finalized"] for a in job.state.aborts if a.cause and "finalized" in a.cause}
+
+
+def _root_cause(failure: Outcome, job: Job, exited: dict[int, int], signalled: set[int]) -> Outcome:
     """Name the rank that died rather than the peer that noticed it first.
 
     A rank killed by a signal or ended by ``os._exit`` leaves no reason of
@@ -286,8 +296,8 @@ def _root_cause(failure: Outcome, job: Job, exited: dict[int, int], exit_times: 
     aborts, saying in its abort that it lost D (``cause``), and that abort
     can reach fmpirun first. A rank that calls ``sys.exit(3)`` finalizes on
     its way out, and a peer blocked on it fails with "rank D has finalized".
-    When D's process ended abnormally before fmpirun began stopping ranks
-    (and D did not abort; a lost D did not finalize either), D's exit is the cause.
+    When D's process ended abnormally without fmpirun stopping it (and D did
+    not abort; a lost D did not finalize either), D's exit is the cause.
     """
     abort = job.state.rank_abort()
     if abort is None or failure.message != str(abort):
@@ -301,8 +311,8 @@ def _root_cause(failure: Outcome, job: Job, exited: dict[int, int], exit_times: 
         return failure
     if "lost" in cause and dead in job.state.finished:
         return failure
-    if killed is not None and exit_times.get(dead, killed) >= killed:
-        return failure  # (it may have been stopped by us)
+    if dead in signalled:
+        return failure  # (stopped by us: its status says nothing)
     if code > 0 and code == abort.exit_code:
         return failure  # (it may have exited on the abort itself)
     return Outcome(_exit_status(code), _describe_exit(dead, code))
