@@ -83,7 +83,7 @@ def test_rendezvous_small():
 @pytest.mark.slow
 @pytest.mark.parametrize("channel", ["direct", "relay"])
 def test_messages_soak_20k(channel):
-    proc, result = _messages(8, 20_000, fmpirun=("--channel", channel), timeout=900)
+    proc, result = _messages(8, 20_000, fmpirun=("-v", "--channel", channel), timeout=900)  # (-v: the links line)
     _clean(proc, result, 8, 20_000)
     assert f"28 {'relayed' if channel == 'relay' else 'direct'}" in proc.stderr.replace("(", "").replace(",", "")
 

@@ -76,7 +76,7 @@ def _run_job(tmp_path: Path, url: str, channel: str, n: int = 3, env_extra: dict
     prog.write_text(JOB)
     env = dict(os.environ, FMPI_CHANNEL=channel, OPENBLAS_NUM_THREADS="1", **(env_extra or {}))
     return subprocess.run(
-        fmpirun_argv("-n", str(n), "--relay", url, sys.executable, str(prog)),
+        fmpirun_argv("-n", str(n), "-v", "--relay", url, sys.executable, str(prog)),  # (-v: the links line)
         capture_output=True, text=True, timeout=timeout, env=env,
     )
 
