@@ -64,6 +64,20 @@ class MyComm(MPI.Intracomm):
 mine = MyComm(comm)
 out.append(("subclass", type(mine).__name__, mine == comm, mine.Get_rank() == rank, mine.twice()))
 
+# Communicator handles: pickling (predefined ones by name only), Idup, info hints, topology kind.
+dup, request = comm.Idup()
+request.Wait()
+try:
+    pickle.dumps(dup)
+    refused = False
+except ValueError:
+    refused = True
+comm.Set_info(MPI.Info.Create({"no_locks": "true"}))
+out.append(("handles", pickle.loads(pickle.dumps(comm)) is comm, pickle.loads(pickle.dumps(MPI.Intracomm(comm))) == comm,
+            refused, dup.Get_size() == size, dup.allreduce(1), comm.Get_topology() == MPI.UNDEFINED,
+            isinstance(comm.Get_info(), MPI.Info)))
+dup.Free()
+
 # Matched probe, and mpi4py.util.pkl5 on top of it.
 comm.send({"from": rank}, dest=(rank + 1) % size, tag=7)
 status = MPI.Status()
@@ -93,7 +107,7 @@ def test_names_behave_as_under_mpich(program, fmpi, mpich):
     ref = mpich(3, path)
     assert ref.returncode == 0, ref.stderr[-3000:]
     assert mine.sorted_lines() == ref.sorted_lines()
-    assert len(mine.lines()) == 3 * 16
+    assert len(mine.lines()) == 3 * 17
 
 
 def test_vendor_is_fmpi(program, fmpi):
