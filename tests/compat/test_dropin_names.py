@@ -64,6 +64,29 @@ class MyComm(MPI.Intracomm):
 mine = MyComm(comm)
 out.append(("subclass", type(mine).__name__, mine == comm, mine.Get_rank() == rank, mine.twice()))
 
+# Objects sent as raw bytes: an empty message is None, MPI.pickle.dumps bytes a plain pickle.
+req = comm.Isend([None, 0, MPI.BYTE], (rank + 1) % size)
+empty = comm.recv(None, (rank - 1) % size)
+req.Wait()
+req = comm.Isend(MPI.pickle.dumps({"n": rank, "a": np.arange(70000) + rank}), (rank + 1) % size)
+raw = comm.recv(None, (rank - 1) % size)
+req.Wait()
+out.append(("raw-objects", empty, raw["n"] == (rank - 1) % size, int(raw["a"][0]) == (rank - 1) % size))
+
+# Communicator handles: pickling (predefined ones by name only), Idup, info hints, topology kind.
+dup, request = comm.Idup()
+request.Wait()
+try:
+    pickle.dumps(dup)
+    refused = False
+except ValueError:
+    refused = True
+comm.Set_info(MPI.Info.Create({"no_locks": "true"}))
+out.append(("handles", pickle.loads(pickle.dumps(comm)) is comm, pickle.loads(pickle.dumps(MPI.Intracomm(comm))) == comm,
+            refused, dup.Get_size() == size, dup.allreduce(1), comm.Get_topology() == MPI.UNDEFINED,
+            isinstance(comm.Get_info(), MPI.Info)))
+dup.Free()
+
 # Matched probe, and mpi4py.util.pkl5 on top of it.
 comm.send({"from": rank}, dest=(rank + 1) % size, tag=7)
 status = MPI.Status()
@@ -93,7 +116,7 @@ def test_names_behave_as_under_mpich(program, fmpi, mpich):
     ref = mpich(3, path)
     assert ref.returncode == 0, ref.stderr[-3000:]
     assert mine.sorted_lines() == ref.sorted_lines()
-    assert len(mine.lines()) == 3 * 16
+    assert len(mine.lines()) == 3 * 18
 
 
 def test_vendor_is_fmpi(program, fmpi):

@@ -22,6 +22,7 @@ from . import exceptions as err
 from .buffers import message, message_view
 from .message import Message, mprobe
 from .constants import ANY_SOURCE, ANY_TAG, IDENT, PROC_NULL, TAG_UB, UNEQUAL
+from .comm_handle import CommHandle
 from .persistent import PersistentP2P
 from .request import Request, raise_mpi
 from .status import Status
@@ -46,7 +47,7 @@ ERRORS_ABORT = Errhandler("ERRORS_ABORT")
 ERRHANDLER_NULL = Errhandler("ERRHANDLER_NULL")
 
 
-class Comm(PersistentP2P):
+class Comm(PersistentP2P, CommHandle):
     def __new__(cls, comm: "Comm | None" = None, *args: Any, **kwargs: Any) -> "Comm":
         """``MPI.Intracomm(comm)`` (and subclasses such as mpi4py.util.pkl5's): another Python
         handle on the same communicator. It shares the instance dict, so both see one state

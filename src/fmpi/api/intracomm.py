@@ -148,6 +148,13 @@ class Intracomm(ObjectCollectives, BufferCollectives, Comm):
     def Dup_with_info(self, info: Any) -> Intracomm:
         return self.Dup()
 
+    def Idup(self, info: Any = None) -> tuple[Intracomm, Request]:
+        """Dup, done at once (every member calls it, as for Dup): the request is already complete."""
+        return self.Dup(), Request.completed()
+
+    def Idup_with_info(self, info: Any) -> tuple[Intracomm, Request]:
+        return self.Idup(info)
+
     def Split(self, color: int = 0, key: int = 0) -> Intracomm | None:
         """Members with the same color form a communicator, ordered by (key, rank); UNDEFINED gets COMM_NULL."""
         self._child_seq += 1

@@ -232,7 +232,7 @@ class Engine:
                 raise op.error
 
     def _try_held(self, op: Op, timeout: float | None) -> float | None:
-        """Wait for a receive, or a send's acknowledgement, on its peer's held link (held_link.py) as far
+        """Wait for a receive, or a send's acknowledgement, on its peer's held link (links/held_link.py) as far
         as that fast path goes; returns what is left of `timeout` for the general wait that takes over
         where it stops."""
         if isinstance(op, RecvOp):

@@ -16,7 +16,7 @@ and handing the link back and forth would cost two ``epoll_ctl`` calls and,
 worse, let the progress thread grab the next message first. A timer on the progress thread hands idle held links back,
 so a rank that computes for a while still acknowledges, notices failures
 and drains its sockets. The next wait on a held link from a single peer
-takes a shorter road (``held_link.py``).
+takes a shorter road (``links/held_link.py``).
 
 One thread at a time reads this way; other waiting threads sleep on the
 engine's condition, and the reader wakes them when it completes their ops.

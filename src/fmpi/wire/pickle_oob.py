@@ -7,6 +7,7 @@ and rebuilt on the receiver as views into the received payload: a dict of
 large arrays crosses with no extra copy on either side.
 
 Payload layout: u32 n, n x u64 buffer lengths, u64 pickle length, pickle, buffers.
+``loads`` also takes an empty message (None) and a plain pickle, as mpi4py's ``recv`` does.
 
 A program may replace pickle (mpi4py's ``MPI.pickle.__init__(dill.dumps, dill.loads)``):
 ``set_codec`` installs its object, whose ``dumps``/``loads`` then make and read the
@@ -50,8 +51,26 @@ def dumps(obj: Any) -> list[memoryview]:
     return [memoryview(head), memoryview(data), *raws]
 
 
+def _framed(view: memoryview) -> bool:
+    """Whether `view` is laid out as ``dumps`` makes payloads (the lengths add up to its size exactly)."""
+    if len(view) < _COUNT.size + _LEN.size:
+        return False
+    (count,) = _COUNT.unpack_from(view, 0)
+    head = _COUNT.size + (count + 1) * _LEN.size
+    if head > len(view):
+        return False
+    lengths = struct.unpack_from(f"<{count + 1}Q", view, _COUNT.size)
+    return head + sum(lengths) == len(view)
+
+
 def loads(payload: bytes | bytearray | memoryview) -> Any:
     view = memoryview(payload)
+    if not _framed(view):
+        # A message some other way: an empty one is None, anything else a plain pickle (what
+        # mpi4py programs send with ``Send(MPI.pickle.dumps(obj))`` and receive with ``recv``).
+        if not len(view):
+            return None
+        return _codec.loads(view) if _codec is not None else pickle.loads(view)
     (count,) = _COUNT.unpack_from(view, 0)
     pos = _COUNT.size
     lengths = [_LEN.unpack_from(view, pos + i * _LEN.size)[0] for i in range(count)]
