@@ -86,29 +86,29 @@ def _settled_rss(pid: int, seconds: float) -> int:
 
 
 def test_a_flood_of_half_frames_leaves_the_relay_bounded_and_serving():
-    # The bound that matters is the peak during a flood, and that a second flood
-    # reuses what the first one freed (nothing retained per stranger). What the
-    # allocator hands back to the OS after a flood is glibc's business, not the relay's.
+    # Three floods: the peak stays bounded, and each time the relay comes back down (nothing is retained
+    # per stranger, and the allocator's freed blocks are handed back).
     relay = RelayProcess()
     try:
         _a_job_still_runs(relay, "warm")  # (imports and first allocations done)
         start = _rss(relay.proc.pid)
         peaks, afters = [], []
-        for round_ in range(2):
+        for round_ in range(3):
             strangers = _flood_of_half_frames(relay)
             time.sleep(1.0)
             peaks.append(_rss(relay.proc.pid) - start)
             _a_job_still_runs(relay, f"during-{round_}")
             for s in strangers:
                 s.close()
-            afters.append(_settled_rss(relay.proc.pid, 30) - start)
+            afters.append(_settled_rss(relay.proc.pid, 30) - start)  # (the relay gives memory back 0.5 s after)
             _a_job_still_runs(relay, f"after-{round_}")
     finally:
         relay.stop()
+    # At most about 256 x (128 KiB + 64 KiB) + 32 MiB of budget is held for strangers (strangers.py), plus
+    # what the allocator adds; once they are gone it is handed back to the system.
     assert max(peaks) < 100 * MiB, f"300 half frames grew the relay by {max(peaks) / MiB:.0f} MiB"
-    assert afters[1] - afters[0] < 20 * MiB, (
-        f"a second flood kept {(afters[1] - afters[0]) / MiB:.0f} MiB more than the first: memory held per stranger"
-    )
+    assert max(afters) < 50 * MiB, f"the relay kept {max(afters) / MiB:.0f} MiB after a flood"
+    assert afters[-1] - afters[0] < 10 * MiB, f"each flood left more behind: {[a >> 20 for a in afters]} MiB"
 
 
 def test_deeply_nested_json_gets_one_clean_error_and_the_relay_keeps_serving():

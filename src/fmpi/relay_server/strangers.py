@@ -18,11 +18,19 @@ frames (about 160 MiB, never given back to the job that needs it). So:
 What a stranger's socket buffers besides is bounded by the stream reader's
 own limit (asyncio pauses reading at twice its 64 KiB), so the relay holds
 at most about max_count x (128 KiB + SMALL) + max_bytes for strangers.
+
+Once a crowd of strangers is gone, the memory it made the relay allocate
+is handed back to the system (glibc's ``malloc_trim``): the allocator keeps
+freed blocks of that size for reuse otherwise, and a relay that served one
+flood would keep its peak for the rest of its life.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
+import gc
 import logging
 from collections import OrderedDict
 
@@ -31,6 +39,20 @@ from .records import Connection, Refused
 log = logging.getLogger("fmpi.relay")
 
 SMALL = 64 << 10
+CROWD = 32  # this many strangers at once is a crowd: its memory is given back once it is gone
+TRIM_DELAY = 0.5  # seconds after the last stranger left (its buffers are freed when its task ends)
+
+
+def _give_back_memory() -> None:
+    """Return freed heap memory to the system (glibc; elsewhere nothing to do)."""
+    # The half-read bodies of a crowd that went away sit in IncompleteReadError.partial, inside reference
+    # cycles (exception, traceback, frame): only the cyclic collector frees them.
+    gc.collect()
+    name = ctypes.util.find_library("c")
+    try:
+        ctypes.CDLL(name).malloc_trim(0)
+    except (OSError, AttributeError, TypeError):
+        pass  # not glibc: its allocator decides
 
 
 class Strangers:
@@ -40,10 +62,12 @@ class Strangers:
         self._waiting: OrderedDict[asyncio.Task, Connection] = OrderedDict()
         self._reserved = 0
         self.evicted = 0
+        self._crowd = False
 
     def arrived(self, task: asyncio.Task, conn: Connection) -> None:
         """A new connection; the oldest stranger makes room for it when there are too many."""
         self._waiting[task] = conn
+        self._crowd = self._crowd or len(self._waiting) >= CROWD
         while len(self._waiting) > self.max_count:
             _, oldest = self._waiting.popitem(last=False)
             self.evicted += 1
@@ -55,6 +79,9 @@ class Strangers:
     def introduced(self, task: asyncio.Task) -> None:
         """The connection made its first request (or ended): no longer a stranger."""
         self._waiting.pop(task, None)
+        if self._crowd and not self._waiting:
+            self._crowd = False
+            asyncio.get_running_loop().call_later(TRIM_DELAY, _give_back_memory)
 
     def is_stranger(self, task: asyncio.Task) -> bool:
         return task in self._waiting
