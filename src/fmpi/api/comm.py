@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import sys
 import weakref
-from typing import Any
+from typing import Any, Self
 
 from ..transport.engine import Engine
 from ..transport.requests import Op, RecvOp, TransportError
 from ..wire import pickle_oob as serialize
 from . import exceptions as err
 from .buffers import message, message_view
-from .message import Message, mprobe
-from .constants import ANY_SOURCE, ANY_TAG, IDENT, PROC_NULL, TAG_UB, UNEQUAL
 from .comm_handle import CommHandle
+from .constants import ANY_SOURCE, ANY_TAG, IDENT, PROC_NULL, TAG_UB, UNEQUAL
+from .message import Message, mprobe
 from .persistent import PersistentP2P
 from .request import Request, raise_mpi
 from .status import Status
@@ -48,7 +48,7 @@ ERRHANDLER_NULL = Errhandler("ERRHANDLER_NULL")
 
 
 class Comm(PersistentP2P, CommHandle):
-    def __new__(cls, comm: "Comm | None" = None, *args: Any, **kwargs: Any) -> "Comm":
+    def __new__(cls, comm: Comm | None = None, *args: Any, **kwargs: Any) -> Self:
         """``MPI.Intracomm(comm)`` (and subclasses such as mpi4py.util.pkl5's): another Python
         handle on the same communicator. It shares the instance dict, so both see one state
         (the collective call counter above all), as two mpi4py handles share one MPI_Comm."""
@@ -57,7 +57,7 @@ class Comm(PersistentP2P, CommHandle):
             obj.__dict__ = comm.__dict__
         return obj
 
-    def __init__(self, engine: "Engine | Comm | None", group: tuple[int, ...] = (), context: int = 0, name: str = "") -> None:
+    def __init__(self, engine: Engine | Comm | None, group: tuple[int, ...] = (), context: int = 0, name: str = "") -> None:
         if isinstance(engine, Comm):
             return  # a handle on an existing communicator: __new__ did it all
         self._engine = engine
@@ -128,7 +128,7 @@ class Comm(PersistentP2P, CommHandle):
                   c.WTIME_IS_GLOBAL: 0, c.IO: ANY_SOURCE, c.LASTUSEDCODE: ERR_LASTCODE}
         return values.get(keyval)
 
-    def Compare(self, other: "Comm") -> int:
+    def Compare(self, other: Comm) -> int:
         if other is self:
             return IDENT
         from .constants import CONGRUENT, SIMILAR

@@ -53,7 +53,7 @@ T = TypeVar("T")
 
 
 class Intracomm(ObjectCollectives, BufferCollectives, Comm):
-    def __init__(self, engine: "Engine | Comm | None", group: tuple[int, ...] = (), context: int = 0, name: str = "") -> None:
+    def __init__(self, engine: Engine | Comm | None, group: tuple[int, ...] = (), context: int = 0, name: str = "") -> None:
         if isinstance(engine, Comm):
             return  # a handle on an existing communicator (see Comm.__new__)
         super().__init__(engine, group, context, name)
