@@ -15,7 +15,7 @@ import subprocess
 import pytest
 from lambda_testing import FMPIRUN, REPO, aws_env
 
-KMEANS = [str(REPO / "apps" / "kmeans.py"), "--iterations", "30", "--points", "20000"]
+KMEANS = [str(REPO / "apps" / "kmeans.py"), "--iterations", "80", "--points", "100000"]
 
 
 @pytest.mark.slow
@@ -24,8 +24,8 @@ def test_kmeans_past_the_function_timeout_is_relaunched_from_s3_and_bit_identica
     whole = subprocess.run([FMPIRUN, "-n", "4", "python", *KMEANS], capture_output=True, text=True, timeout=300,
                            check=False)
     assert whole.returncode == 0, whole.stderr
-    env = aws_env(moto.endpoint_url, bundle_cache, FMPI_CHECKPOINT_EVERY="0", FMPI_CHECKPOINT_MARGIN="3")
-    run = lambda_run(4, KMEANS[0], *KMEANS[1:], extra=("--timeout", "15", "--fill-timeout", "10", "--max-runtime", "600"),
+    env = aws_env(moto.endpoint_url, bundle_cache, FMPI_CHECKPOINT_EVERY="0", FMPI_CHECKPOINT_MARGIN="2")
+    run = lambda_run(4, KMEANS[0], *KMEANS[1:], extra=("--timeout", "8", "--fill-timeout", "6", "--max-runtime", "600"),
                      env=env, timeout=600)
     assert run.returncode == 0, run.stderr
     launches = int(re.search(r"the job ended after (\d+) launches", run.stderr).group(1))
