@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..collectives import allgather_recursive_doubling, table
-from ..collectives.channel import Channel
+from ..collectives.channel import TAG_BITS, Channel
 from ..collectives.options import AllgatherOptions, Layout
 from ..transport.engine import Engine
 from ..transport.requests import TransportError
@@ -47,7 +47,7 @@ COMM_TYPE_HW_UNGUIDED = 3
 COMM_TYPE_RESOURCE_GUIDED = 4
 
 # Tags of collective calls: blocking calls cycle through [0, 2**29), non-blocking ones through [2**29, 2**30).
-_TAG_SPACE = 1 << 29
+_TAG_SPACE = 1 << TAG_BITS
 
 T = TypeVar("T")
 

@@ -22,6 +22,10 @@ import numpy as np
 from ..transport.engine import Engine
 from ..transport.requests import Op, RecvOp, TransportError
 
+#: A channel's tag: blocking collective calls of a communicator cycle through [0, 2**TAG_BITS),
+#: non-blocking ones through the next 2**TAG_BITS (api/intracomm.py numbers them; server_side.py splits them).
+TAG_BITS = 29
+
 
 def as_bytes(arr: np.ndarray) -> memoryview:
     """The bytes of a 1-D contiguous array (a view: what the transport sends from and fills)."""

@@ -34,7 +34,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..transport.requests import TransportError
-from .channel import Channel
+from .channel import TAG_BITS, Channel
 from .options import AllreduceOptions
 
 # MPI's predefined ops the servers know, by MPI name -> the servers' name.
@@ -42,7 +42,6 @@ SERVER_OPS = {
     "SUM": "sum", "PROD": "prod", "MAX": "max", "MIN": "min",
     "BAND": "band", "BOR": "bor", "BXOR": "bxor", "LAND": "land", "LOR": "lor", "LXOR": "lxor",
 }
-_TAG_BITS = 29  # api/intracomm.py: blocking tags in [0, 2**29), non-blocking ones in [2**29, 2**30)
 
 
 class Provider(Protocol):
@@ -96,7 +95,7 @@ def can_run(collective: str, ch: Channel, opts: Any) -> bool:
 
 
 def _key(ch: Channel) -> tuple[str, int]:
-    return f"{ch.server_key}.{ch.tag >> _TAG_BITS}", ch.tag & ((1 << _TAG_BITS) - 1)
+    return f"{ch.server_key}.{ch.tag >> TAG_BITS}", ch.tag & ((1 << TAG_BITS) - 1)
 
 
 def _failed(ch: Channel, what: str, exc: Exception, deadline: float | None) -> TransportError:
