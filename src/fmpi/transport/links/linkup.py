@@ -38,11 +38,11 @@ always converge on one carrier.
 from __future__ import annotations
 
 import socket
-import sys
 import time
 from typing import Callable, Protocol, Sequence
 
 from ...natpunch.simultaneous_open import PunchCancel, PunchResult, punch_many
+from ...util.notices import RepeatedNotice
 from ..core import Core
 from ..peers import Peer, PeerState
 from ..requests import TransportError
@@ -77,6 +77,7 @@ class Linker:
     ) -> None:
         self._core = core
         self._events = events
+        self._refusals: RepeatedNotice | None = None  # (made on the first refusal: it names this rank)
         self._via_relay = via_relay  # a PUNCH request to the peer through the relay (``Sender.via_relay``)
         self._secret = secret
         self._host_key = host_key  # sent in every handshake: peers with the same key get shared-memory lanes
@@ -357,6 +358,10 @@ class Linker:
 
     def _accept(self, sock: socket.socket) -> None:
         core = self._core
+        try:
+            origin = "{}:{}".format(*sock.getpeername()[:2])
+        except OSError:
+            origin = "an unknown address"
         src = -1
         verdict: Verdict | None = None
         try:
@@ -380,7 +385,9 @@ class Linker:
             # race (its side was linked meanwhile), or a port scan: not news.
             silent = src == -1 and isinstance(exc, HandshakeError) and "closed the connection" in str(exc)
             if not silent and "impossible" not in str(exc):
-                print(f"fmpi: rank {core.rank}: refused a connection: {exc}", file=sys.stderr)
+                if self._refusals is None:
+                    self._refusals = RepeatedNotice(f"fmpi: rank {core.rank}: refused a connection")
+                self._refusals.say(f"{exc} (from {origin})")
             return
         if verdict is Verdict.ACCEPT:
             self._events.install(src, sock, outcome.channel, "acceptor", outcome.lane)
