@@ -250,7 +250,7 @@ class RelayServer(JobLifecycle, DsoServing):
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
             pass
         finally:
-            self._strangers.introduced(task)
+            self._strangers.left(task)
             # (an ended connection must not stay referenced here with its buffers: every
             # connection ever made did, so a flood of strangers was never given back)
             self._handlers.pop(task, None)

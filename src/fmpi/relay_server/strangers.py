@@ -40,7 +40,7 @@ log = logging.getLogger("fmpi.relay")
 
 SMALL = 64 << 10
 CROWD = 32  # this many strangers at once is a crowd: its memory is given back once it is gone
-TRIM_DELAY = 0.5  # seconds after the last stranger left (its buffers are freed when its task ends)
+TRIM_DELAY = 0.5  # seconds after the last stranger's handler ended (its task's last references go then)
 
 
 def _give_back_memory() -> None:
@@ -63,11 +63,13 @@ class Strangers:
         self._reserved = 0
         self.evicted = 0
         self._crowd = False
+        self._alive: set[asyncio.Task] = set()  # strangers' handlers still running (evicted ones too)
 
     def arrived(self, task: asyncio.Task, conn: Connection) -> None:
         """A new connection; the oldest stranger makes room for it when there are too many."""
         self._waiting[task] = conn
-        self._crowd = self._crowd or len(self._waiting) >= CROWD
+        self._alive.add(task)
+        self._crowd = self._crowd or len(self._alive) >= CROWD
         while len(self._waiting) > self.max_count:
             _, oldest = self._waiting.popitem(last=False)
             self.evicted += 1
@@ -77,9 +79,15 @@ class Strangers:
             oldest.writer.transport.abort()
 
     def introduced(self, task: asyncio.Task) -> None:
-        """The connection made its first request (or ended): no longer a stranger."""
+        """The connection made its first request: no longer a stranger."""
         self._waiting.pop(task, None)
-        if self._crowd and not self._waiting:
+        self._alive.discard(task)
+
+    def left(self, task: asyncio.Task) -> None:
+        """The connection's handler is ending. When the last of a crowd of strangers is gone (evicted or
+        refused ones included), what they made the relay allocate is given back."""
+        self.introduced(task)
+        if self._crowd and not self._alive:
             self._crowd = False
             asyncio.get_running_loop().call_later(TRIM_DELAY, _give_back_memory)
 
