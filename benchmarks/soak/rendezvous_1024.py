@@ -60,10 +60,11 @@ def proc_status(pid: int) -> dict[str, int]:
 
 # ---------------------------------------------------------------- services
 class RelayService:
-    def __init__(self) -> None:
+    def __init__(self, ranks: int) -> None:
         # A long heartbeat timeout: the lightweight clients never beat (a real rank's engine does).
         self.proc = subprocess.Popen(
             [str(BIN / "fmpi-relay"), "--host", "127.0.0.1", "--port", "0", "--probe-port", "-1",
+             "--max-strangers", str(max(1024, ranks + 64)),  # (it connects every rank before any registers)
              "--heartbeat-timeout", "600", "--log-level", "WARNING"],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         )
@@ -209,7 +210,7 @@ def _worker(kind: str, url: str, job: str, token: str, ranks: list[int], size: i
 
 # ---------------------------------------------------------------- one measurement
 def measure(kind: str, size: int, procs: int) -> dict:
-    service = RelayService() if kind == "relay" else RedisService()
+    service = RelayService(size) if kind == "relay" else RedisService()
     pid = service.proc.pid
     job, token = "soak" + secrets.token_hex(6), secrets.token_urlsafe(24)
     stop_file = f"/tmp/fmpi-soak-stop-{os.getpid()}-{job}"

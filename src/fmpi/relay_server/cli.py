@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import resource
 import signal
 import ssl
 import sys
 
 from .server import RelayServer, server_tls_context
+from .strangers import DEFAULT_MAX_STRANGERS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,6 +19,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--host", default="0.0.0.0", help="address to listen on (default %(default)s)")
     p.add_argument("--port", type=int, default=7000, help="port to listen on (default %(default)s; 0 picks a free one)")
     p.add_argument("--max-jobs", type=int, default=10_000, help="jobs held at once (default %(default)s)")
+    p.add_argument("--max-strangers", type=int, default=DEFAULT_MAX_STRANGERS, metavar="N",
+                   help="connections held before their first request; one more drops the oldest (default %(default)s; "
+                        "raise it for jobs of more ranks that connect long before they register)")
     p.add_argument(
         "--probe-port", type=int, default=0,
         help="second port ranks use to detect symmetric NATs (default: any free port; open it in the firewall too; -1 disables)",
@@ -44,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--port must be 0-65535 (0: any free port), not {args.port}")
     if not -1 <= args.probe_port <= 65535:
         p.error(f"--probe-port must be 0-65535 (0: any free port; -1: none), not {args.probe_port}")
+    if args.max_strangers < 1:
+        p.error("--max-strangers must be at least 1")
     if not args.heartbeat_timeout > 0:
         p.error("--heartbeat-timeout must be positive")
     if args.tls_key and not args.tls_cert:
@@ -57,17 +64,29 @@ def main(argv: list[str] | None = None) -> int:
                   f"{' / key ' + args.tls_key if args.tls_key else ''}: {exc}", file=sys.stderr)
             return 1
     logging.basicConfig(level=args.log_level, format="%(asctime)s fmpi-relay %(levelname)s %(message)s")
+    _raise_open_files_limit(args.max_strangers)
     try:
         return asyncio.run(_serve(args))
     except KeyboardInterrupt:
         return 0
 
 
+def _raise_open_files_limit(strangers: int) -> None:
+    """A relay holds a socket per rank and per stranger: take the hard limit on open files, not the shell's 1024."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard == resource.RLIM_INFINITY else min(hard, max(soft, 65536, 2 * strangers))
+    if want != soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        except (ValueError, OSError):
+            pass  # (the limit stays; strangers are dropped oldest first when they are too many)
+
+
 async def _serve(args: argparse.Namespace) -> int:
     server = RelayServer(
         args.host, args.port, max_jobs=args.max_jobs, probe_port=None if args.probe_port < 0 else args.probe_port,
         dso_max_value=args.dso_max_value, dso_job_bytes=args.dso_job_bytes, heartbeat_timeout=args.heartbeat_timeout,
-        ssl_context=args.ssl_context,
+        ssl_context=args.ssl_context, max_strangers=args.max_strangers,
     )
     try:
         await server.start()

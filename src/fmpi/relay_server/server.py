@@ -78,7 +78,7 @@ from .records import (
     Refused,
 )
 from .resume import absent_reason
-from .strangers import Strangers
+from .strangers import DEFAULT_MAX_STRANGERS, Strangers
 
 LINK_KINDS = ("direct", "punched", "relayed")
 
@@ -107,7 +107,7 @@ class RelayServer(JobLifecycle, DsoServing):
         dso_max_value: int = 64 << 20,
         dso_job_bytes: int = 256 << 20,
         ssl_context: ssl.SSLContext | None = None,
-        max_strangers: int = 256,
+        max_strangers: int = DEFAULT_MAX_STRANGERS,
         stranger_bytes: int = 32 << 20,
     ) -> None:
         self.ssl_context = ssl_context

@@ -39,6 +39,9 @@ from .records import Connection, Refused
 log = logging.getLogger("fmpi.relay")
 
 SMALL = 64 << 10
+# A job's ranks connect and register within milliseconds, but a thousand starting at once (or a benchmark
+# that connects them all before it lets them register) are strangers together for a while.
+DEFAULT_MAX_STRANGERS = 1024
 CROWD = 32  # this many strangers at once is a crowd: its memory is given back once it is gone
 TRIM_DELAY = 0.5  # seconds after the last stranger's handler ended (its task's last references go then)
 
@@ -56,7 +59,7 @@ def _give_back_memory() -> None:
 
 
 class Strangers:
-    def __init__(self, max_count: int = 256, max_bytes: int = 32 << 20) -> None:
+    def __init__(self, max_count: int = DEFAULT_MAX_STRANGERS, max_bytes: int = 32 << 20) -> None:
         self.max_count = max_count
         self.max_bytes = max_bytes
         self._waiting: OrderedDict[asyncio.Task, Connection] = OrderedDict()
