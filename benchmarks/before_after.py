@@ -14,6 +14,11 @@ of one run (a block in which another process took the core does not count),
 and the table gives the median and the best of the rounds.
 
     .venv/bin/python benchmarks/before_after.py --before /work/wt/base --after . --rounds 7
+
+``--fmpirun-args`` passes options to both trees' fmpirun, e.g. relaying over Redis:
+
+    .venv/bin/python benchmarks/before_after.py --before /work/wt/base --after . --ns 2 \
+        --fmpirun-args "--relay redis://127.0.0.1:6379/0 --channel relay"
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -99,10 +105,10 @@ def worker(scale: float) -> None:
 
 
 # ------------------------------------------------------------------ driver
-def run_tree(tree: Path, n: int, scale: float, timeout: float) -> dict[str, float]:
-    """One job of `n` ranks under `tree`'s fmpirun and Python: {case: value}."""
+def run_tree(tree: Path, n: int, scale: float, timeout: float, options: tuple[str, ...] = ()) -> dict[str, float]:
+    """One job of `n` ranks under `tree`'s fmpirun (given `options`) and Python: {case: value}."""
     bin_dir = tree / ".venv" / "bin"
-    argv = [str(bin_dir / "fmpirun"), "-n", str(n), str(bin_dir / "python"), str(SCRIPT), "--worker", "--scale", str(scale)]
+    argv = [str(bin_dir / "fmpirun"), "-n", str(n), *options, str(bin_dir / "python"), str(SCRIPT), "--worker", "--scale", str(scale)]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, cwd=tree, check=False)
     results = [line[7:] for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
@@ -147,6 +153,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ns", default="2,4", help="world sizes (default 2,4; the p2p cases run at 2)")
     parser.add_argument("--scale", type=float, default=1.0, help="multiplies the iteration counts")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per job")
+    parser.add_argument("--fmpirun-args", default="", help="options for both trees' fmpirun, e.g. \"--relay redis://... --channel relay\"")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
@@ -160,10 +167,10 @@ def main(argv: list[str] | None = None) -> None:
     for r in range(args.rounds):
         for name, tree in trees.items():
             for n in ns:
-                for case, value in run_tree(tree, n, args.scale, args.timeout).items():
+                for case, value in run_tree(tree, n, args.scale, args.timeout, tuple(shlex.split(args.fmpirun_args))).items():
                     samples[name].setdefault(case, []).append(value)
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
-    print(f"before: {trees['before']}\nafter:  {trees['after']}\n{args.rounds} interleaved rounds\n")
+    print(f"before: {trees['before']}\nafter:  {trees['after']}\n{args.rounds} interleaved rounds {args.fmpirun_args}\n")
     print("\n".join(table(samples, ("before", "after"))))
 
 

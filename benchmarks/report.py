@@ -7,7 +7,10 @@ Writes DIR/report.md (default benchmarks/results/) with Markdown tables and thes
 - p2p_latency.png: half round trip vs message size (fmpi, raw socket, MPICH tcp, MPICH shm);
 - p2p_bandwidth.png: bandwidth vs size, with the raw-socket ceiling and the 80 % target line;
 - collectives.png: fmpi / MPICH latency ratio per collective and size at each N;
-- apps.png: the apps' wall times under fmpirun and mpiexec.
+- apps.png: the apps' wall times under fmpirun and mpiexec;
+- netlab.png: on a Lambda-shaped network of namespaces (benchmarks/netlab.py; needs root), time per
+  call against N for each collective, fmpi beside MPICH and the lower bound (``--netlab-json FILE``
+  takes the figures of an earlier ``netlab.py --json FILE`` run instead, ``--no-netlab`` skips it).
 
 The report opens with issue 8's targets, each measured in the run: small-message latency
 against the raw socket, large-message bandwidth against it, and `fmpirun -n 4` hello world
@@ -321,6 +324,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=HERE / "results", help="output directory (default benchmarks/results, ignored by git)")
     parser.add_argument("--ns", default="2,4,8", help="communicator sizes for the collectives (default 2,4,8)")
     parser.add_argument("--app-ranks", type=int, default=4, help="ranks for the app runs (default 4)")
+    parser.add_argument("--netlab-ns", help="hosts of the shaped-lab section (default 2,4,8; --quick 2,4)")
+    parser.add_argument("--netlab-json", help="the shaped-lab section from this netlab.py --json file")
+    parser.add_argument("--no-netlab", action="store_true", help="leave the shaped-lab section out")
     args = parser.parse_args(argv)
     ns = [int(x) for x in args.ns.split(",")]
     out = args.out
@@ -331,6 +337,8 @@ def main(argv: list[str] | None = None) -> int:
     coll_results, coll_spreads, coll_args = run_collectives(args.quick, ns)
     app_rows = run_apps(args.quick, args.app_ranks)
     hello = run_hello(3 if args.quick else 7)
+    shaped_lab = _load("report_section", HERE / "shaped" / "report_section.py")
+    shaped = shaped_lab.figures(args.netlab_json, args.no_netlab, args.netlab_ns, args.quick)
 
     p2p_plots = plot_p2p(runs, out)
     coll_plot = plot_collectives(coll_results, out)
@@ -393,6 +401,8 @@ def main(argv: list[str] | None = None) -> int:
         f"![app wall times]({apps_plot})",
         "",
     ]
+    if shaped:
+        md += shaped_lab.section(shaped, out)
     (out / "report.md").write_text("\n".join(md))
     log(f"wrote {out / 'report.md'} and {len(p2p_plots) + 2} plots in {time.monotonic() - started:.0f} s")
     return 0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -13,55 +12,42 @@ from pathlib import Path
 
 import pytest
 
-from tests_support import RelayProcess, fmpirun_argv, free_port
+from tests_support import RelayProcess, free_port, run_fmpi, run_mpich
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
+# Test modules that run alone, after the parallel pass (scripts/test.sh runs the suite with pytest-xdist,
+# then `-m serial` without it). Each is here for a reason a second worker would break:
+SERIAL_MODULES = {
+    "tests/transport/test_spinning.py": "compares CPU shares of spinning ranks",
+    "tests/relay_server/test_relay_strangers.py": "holds a relay's RSS to a bound during floods",
+    "tests/natpunch/test_simultaneous_open.py": "punch deadlines checked within tenths of a second",
+    "tests/natpunch/test_natlab.py": "refusal and timeout times of the lab's gateways",
+    "tests/nat/test_nat_faults.py": "a dead rank named within seconds",
+    "tests/nat/test_nat_detection.py": "the set-up of a pair with an unknown NAT held under 2 s (a 1 s punch)",
+    "tests/relay_server/test_relay_reconnect.py": "a reconnect within a 2 s grace, checked to half a second",
+    "tests/lambda/test_lambda_faults.py": "heartbeat and function-timeout deadlines",
+    "tests/lambda/test_lambda_local_network.py": "the emulator's one bridge (fmpill0) and its addresses",
+    "tests/lambda/test_lambda_launch_rate.py": "the fan-out's waves checked to tenths of a second",
+    "tests/lambda/test_lambda_spares.py": "a job that must end before a straggler 20 s late starts",
+    "tests/launcher/test_connect_deadlines.py": "connect deadlines checked to the second",
+    "tests/util/test_retry.py": "retry pacing checked to tenths of a second",
+    "tests/reliability/test_failure_detection.py": "a frozen rank named within 5 s; no false positives",
+}
 
-@dataclass
-class Run:
-    returncode: int
-    stdout: str
-    stderr: str
 
-    def lines(self) -> list[str]:
-        return self.stdout.splitlines()
-
-    def sorted_lines(self) -> list[str]:
-        return sorted(self.stdout.splitlines())
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if Path(item.fspath).relative_to(REPO).as_posix() in SERIAL_MODULES:
+            item.add_marker(pytest.mark.serial)
 
 
 def _script(tmp_path: Path, source: str, name: str = "prog.py") -> Path:
     path = tmp_path / name
     path.write_text(textwrap.dedent(source))
     return path
-
-
-def run_fmpi(n: int, script: Path, *args: str, extra: tuple[str, ...] = (), timeout: float = 120, env=None) -> Run:
-    proc = subprocess.run(
-        fmpirun_argv("-n", str(n), *extra, sys.executable, str(script), *args),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-    )
-    return Run(proc.returncode, proc.stdout, proc.stderr)
-
-
-def run_mpich(n: int, script: Path, *args: str, timeout: float = 120) -> Run:
-    """The reference: the same program under real MPICH + mpi4py (from the package index)."""
-    env = dict(os.environ)
-    env.pop("PYTHONPATH", None)
-    env["MPIR_CVAR_NOLOCAL"] = env.get("MPIR_CVAR_NOLOCAL", "0")
-    proc = subprocess.run(
-        [str(BIN / "mpiexec"), "-n", str(n), sys.executable, str(script), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-    )
-    return Run(proc.returncode, proc.stdout, proc.stderr)
 
 
 @pytest.fixture

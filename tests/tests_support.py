@@ -8,6 +8,8 @@ import socket
 import subprocess
 import sys
 import time
+import os
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Callable, Iterable
@@ -104,3 +106,63 @@ class RelayProcess:
             if stream:
                 stream.close()
         return err
+
+
+@dataclass
+class Run:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def lines(self) -> list[str]:
+        return self.stdout.splitlines()
+
+    def sorted_lines(self) -> list[str]:
+        return sorted(self.stdout.splitlines())
+
+
+def run_fmpi(n: int, script: Path, *args: str, extra: tuple[str, ...] = (), timeout: float = 120, env=None) -> Run:
+    proc = subprocess.run(
+        fmpirun_argv("-n", str(n), *extra, sys.executable, str(script), *args),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+    return Run(proc.returncode, proc.stdout, proc.stderr)
+
+
+MPICH_ATTEMPTS = 3  # runs of a reference job before its failure counts (see run_mpich)
+
+
+def run_mpich(n: int, script: Path, *args: str, timeout: float = 120) -> Run:
+    """The reference: the same program under real MPICH + mpi4py (from the package index)."""
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    # Unbuffered, print() makes one write per argument, and hydra interleaves the ranks' output at write
+    # boundaries (lines came out cut and merged); buffered, each print(..., flush=True) is one write.
+    env.pop("PYTHONUNBUFFERED", None)
+    env["MPIR_CVAR_NOLOCAL"] = env.get("MPIR_CVAR_NOLOCAL", "0")
+    for _ in range(MPICH_ATTEMPTS):
+        proc = subprocess.run(
+            [str(BIN / "mpiexec"), "-n", str(n), sys.executable, str(script), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+        )
+        # On a loaded machine hydra now and then reports one process of a finished job killed at teardown
+        # (exit 9, seen with schwimmbad and emcee in CI, never alone); the reference is run again then —
+        # it is the yardstick, not the thing under test, and a real failure repeats.
+        if proc.returncode == 0 or "BAD TERMINATION" not in proc.stdout + proc.stderr:
+            break
+    return Run(proc.returncode, proc.stdout, proc.stderr)
+
+
+def ranks_that_said(stderr: str, text: str) -> int:
+    """How many rank notices containing `text` fmpirun reported: the lines it printed, plus the ranks its
+    summaries count ("fmpirun: K more ranks said the same ('...text...'): ranks ...")."""
+    printed = sum(1 for line in stderr.splitlines() if text in line and not line.startswith("fmpirun: "))
+    folded = sum(int(m.group(1)) for m in re.finditer(r"^fmpirun: (\d+) more ranks said the same \('(.*)'\)", stderr, re.M)
+                 if m.group(2).rstrip(".") in text or text in m.group(2))
+    return printed + folded

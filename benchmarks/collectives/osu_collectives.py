@@ -137,7 +137,8 @@ def worker(args: argparse.Namespace) -> None:
                 recv = np.empty(nbytes * size, np.uint8)
                 usec = timed(lambda: comm.Allgather(send, recv), nbytes)
             elif coll == "alltoall":
-                send = np.zeros(nbytes * size, np.uint8)
+                block = nbytes // size if args.alltoall_total else nbytes
+                send = np.zeros(block * size, np.uint8)
                 recv = np.empty_like(send)
                 usec = timed(lambda: comm.Alltoall(send, recv), nbytes)
             else:
@@ -219,6 +220,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
+    parser.add_argument("--alltoall-total", action="store_true", help=argparse.SUPPRESS)  # size: a rank's whole buffer
     parser.add_argument("--ns", default="2,4", help="communicator sizes (default 2,4)")
     parser.add_argument("--colls", default=",".join(COLLECTIVES), help="collectives to run")
     parser.add_argument("--sizes", default=None, help="comma-separated sizes (8, 64K, 1M, ...); default 8 B .. 64 MiB")

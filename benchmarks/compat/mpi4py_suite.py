@@ -312,24 +312,35 @@ def worker(argv: list[str]) -> int:
 # ---------------------------------------------------------------------------
 
 
-def ensure_suite(cache: Path, version: str = MPI4PY_VERSION, sdist: Path | None = None, log=print) -> Path:
+def ensure_sdist(cache: Path, version: str = MPI4PY_VERSION) -> Path:
+    """mpi4py's sdist in the cache, downloaded with pip on first use."""
+    cache.mkdir(parents=True, exist_ok=True)
+    found = sorted(cache.glob(f"mpi4py-{version}.tar.gz"))
+    if not found:
+        print(f"downloading the mpi4py {version} sdist into {cache} ...")
+        with tempfile.TemporaryDirectory(dir=cache) as tmp:  # then moved in whole: a concurrent reader never sees half
+            cmd = [sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps", "--disable-pip-version-check", "-q", f"mpi4py=={version}", "-d", tmp]
+            # pip reads an sdist's metadata by building it: in an isolated build environment that means
+            # compiling Cython first (about 5 min here), with this environment's setuptools and wheel 2 s.
+            proc = subprocess.run([*cmd, "--no-build-isolation"], capture_output=True, text=True, timeout=900)
+            if proc.returncode != 0:
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+            got = sorted(Path(tmp).glob(f"mpi4py-{version}.tar.gz"))
+            if proc.returncode != 0 or not got:
+                tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
+                raise UsageError(f"cannot download the mpi4py {version} sdist with pip:\n{tail}")
+            os.replace(got[0], cache / got[0].name)
+        found = sorted(cache.glob(f"mpi4py-{version}.tar.gz"))
+    return found[0]
+
+
+def ensure_suite(cache: Path, version: str = MPI4PY_VERSION, sdist: Path | None = None) -> Path:
     """The test/ directory of mpi4py's sdist, downloaded and unpacked under cache on first use."""
     root = cache / f"mpi4py-{version}"
     testdir = root / "test"
     if (testdir / "runtests.py").is_file():
         return testdir
-    cache.mkdir(parents=True, exist_ok=True)
-    if sdist is None:
-        found = sorted(cache.glob(f"mpi4py-{version}.tar.gz"))
-        if not found:
-            log(f"downloading the mpi4py {version} sdist into {cache} ...")
-            cmd = [sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps", "--disable-pip-version-check", "-q", f"mpi4py=={version}", "-d", str(cache)]
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-            found = sorted(cache.glob(f"mpi4py-{version}.tar.gz"))
-            if proc.returncode != 0 or not found:
-                tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
-                raise UsageError(f"cannot download the mpi4py {version} sdist with pip:\n{tail}")
-        sdist = found[0]
+    sdist = sdist or ensure_sdist(cache, version)
     with tempfile.TemporaryDirectory(dir=cache) as tmp, tarfile.open(sdist) as tar:
         members = [m for m in tar.getmembers() if m.name.startswith(f"mpi4py-{version}/test/") or m.name == f"mpi4py-{version}/PKG-INFO"]
         if not members:
@@ -439,6 +450,10 @@ def job_env(impl: str, marker: str, testdir: Path) -> dict[str, str]:
     # re-run __main__ and so find the test modules beside it; our worker is __main__ instead, so
     # they find them through PYTHONPATH.
     env["PYTHONPATH"] = str(testdir)
+    if impl != "mpich" and os.environ.get("PYTHONPATH"):
+        # fmpirun (and so the ranks' fmpi) from the caller's PYTHONPATH, e.g. a worktree's src/
+        # over an editable install of another checkout; MPICH's ranks keep the test directory only.
+        env["PYTHONPATH"] += os.pathsep + os.environ["PYTHONPATH"]
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env.setdefault("OMP_NUM_THREADS", "1")
     if impl != "mpich":

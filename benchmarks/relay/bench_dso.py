@@ -117,7 +117,7 @@ def start_relay() -> tuple[subprocess.Popen, str]:
 
 
 def run_n(relays: str, n: int, args: argparse.Namespace) -> dict[str, float]:
-    from fmpi.dso_client.client import DsoHost
+    from fmpi.dso_client.host import DsoHost
 
     job, token = "bench-" + uuid.uuid4().hex[:10], uuid.uuid4().hex
     iters = {"barrier": max(5, int(200 * args.scale)), "8 B": max(5, int(200 * args.scale)), "1 MiB": max(3, int(20 * args.scale)),

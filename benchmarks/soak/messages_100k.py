@@ -42,7 +42,6 @@ import argparse
 import json
 import struct
 import sys
-import time
 import zlib
 
 import numpy as np

@@ -41,7 +41,10 @@ STATUSES = ("supported", "partial", "not supported", "fmpi only")
 CLASSES = {
     "Comm": ["Comm"],
     "Intracomm": ["Intracomm"],
+    "Intercomm": ["Intercomm"],
     "Cartcomm": ["Topocomm", "Cartcomm"],
+    "Graphcomm": ["Graphcomm"],
+    "Distgraphcomm": ["Distgraphcomm"],
     "Request": ["Request"],
     "Status": ["Status"],
     "Op": ["Op"],
@@ -50,9 +53,11 @@ CLASSES = {
     "Errhandler": ["Errhandler"],
     "Exception": ["Exception"],
 }
-COMM_FAMILY = ("Comm", "Intracomm", "Cartcomm")
+COMM_FAMILY = ("Comm", "Intracomm", "Intercomm", "Cartcomm", "Graphcomm", "Distgraphcomm")
 PRESENT_ON = {"Comm": "Intracomm"}  # the fmpi class whose names decide a section's statuses
-FMPI_BASE = {"Intracomm": "Comm", "Cartcomm": "Intracomm"}  # fmpi-only names are listed where fmpi defines them
+# fmpi-only names are listed where fmpi defines them
+FMPI_BASE = {"Intracomm": "Comm", "Intercomm": "Comm", "Cartcomm": "Intracomm", "Graphcomm": "Cartcomm",
+             "Distgraphcomm": "Cartcomm"}
 MODULE_KINDS = [
     ("function", "Functions"),
     ("class", "Classes"),

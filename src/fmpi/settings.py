@@ -22,6 +22,9 @@ from typing import Mapping
 CHANNELS = ("auto", "direct", "punch", "relay")
 ERROR_HANDLERS = ("exception", "default", "fatal", "abort")
 COLL_PREFIX = "FMPI_COLL_"
+#: FMPI_NETWORK=lambda: one-way latency inside a region (0.15 ms) plus both ends' software, 620 Mbit/s sustained
+#: per function, and numpy's float32 add on one vCPU (about 1 GB/s).
+LAMBDA_NETWORK = (200e-6, 8 / 620e6, 1e-9)
 #: The spin (microseconds) fmpirun gives yielding waits when ranks outnumber cores: several peers' turns on a core.
 YIELD_SPIN_US = 1000
 
@@ -54,9 +57,17 @@ VARIABLES: tuple[Variable, ...] = (
              "the rank has a whole CPU, else 0)"),
     Variable("FMPI_SPIN_YIELD", "0", "1: yield the core between those polls (fmpirun sets it when ranks outnumber cores)"),
     Variable("FMPI_SHM", "1", "0: no shared-memory lanes between ranks on one host (TCP only)"),
+    # flow control
+    Variable("FMPI_EAGER_LIMIT", "1M", "bytes: a larger message is announced and moves only once its receive is "
+             "posted (rendezvous), straight into the receive's buffer"),
+    Variable("FMPI_UNEXPECTED_MAX", "128M", "bytes of messages that arrived before their receive a rank buffers at "
+             "most, shared among its peers as credits; past a peer's share its messages wait for their receive"),
     # collectives
     Variable("FMPI_COLL_ALGO", "", "force collective algorithms, e.g. allreduce:ring,bcast:scatter_allgather "
              "(collectives/table.py lists them)"),
+    Variable("FMPI_NETWORK", "lambda", "the network between the job's ranks, which the collectives table chooses "
+             "algorithms for: lambda (a function per rank: 150 us one way plus software, 620 Mbit/s), host (ranks "
+             "share one machine's cores; fmpirun sets it for local ranks) or alpha=US,bandwidth=MBIT[,reduce=GBPS]"),
     Variable("FMPI_COLL_<KNOB>", "", "move a threshold of the collectives table, in bytes (65536, 64K, 1M), e.g. "
              "FMPI_COLL_SEGMENT or FMPI_COLL_ALLREDUCE_RING_MIN"),
     # errors and limits
@@ -71,10 +82,16 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("FMPI_TLS_CA", "", "PEM file of the CA that signed a tls:// relay's or rediss:// Redis's certificate "
              "(Lambda ranks get its content with their event)", to_lambda=False),
     Variable("FMPI_DEBUG_LINKS", "", "1: trace link set-up and failover on stderr"),
+    Variable("FMPI_UNIVERSE_SIZE", "", "MPI.UNIVERSE_SIZE: how many processes the job may grow to with "
+             "Comm.Spawn (MPIPoolExecutor() starts this minus the world size); unset: none, as under mpiexec"),
     # the Lambda backend (launcher side)
     Variable("FMPI_CACHE_DIR", "~/.cache/fmpi", "where fmpirun keeps built Lambda packages", to_lambda=False),
     Variable("FMPI_LAMBDA_ZIP_LIMIT", "52428800", "bytes: a larger package is deployed through S3 (may only be lowered)",
              to_lambda=False),
+    Variable("FMPI_LAMBDA_SCALING", "1000/10", "how fast fmpirun starts Lambda ranks: at most STEP more every SECONDS "
+             "(Lambda's scaling rule for one function: 1000 every 10 s)", to_lambda=False),
+    Variable("FMPI_PRICES", "", "a JSON file of prices over the package's table, for the cost report of a Lambda job "
+             "(what fmpirun --prices takes; docs/lambda.md)", to_lambda=False),
     Variable("FMPI_LAMBDA_UNZIPPED_LIMIT", "262144000", "bytes: Lambda's limit on an unzipped function (may only be lowered)",
              to_lambda=False),
     # what fmpirun gives each rank
@@ -86,6 +103,14 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("FMPI_INCARNATION", "", "this start of the rank", set_by_fmpirun=True),
     Variable("FMPI_FILL_TIMEOUT", "", "seconds the world may take to fill", set_by_fmpirun=True),
     Variable("FMPI_REJOIN", "", "seconds to wait for a lost relay (0 when the relay lives in fmpirun)", set_by_fmpirun=True),
+    Variable("FMPI_PARENTS", "", "a spawned rank's job: how many of its first slots are the parents (Comm.Spawn)",
+             set_by_fmpirun=True),
+    Variable("FMPI_RANKS_PER_NODE", "1", "ranks that share a machine, in blocks of consecutive ranks (on Lambda: "
+             "--ranks-per-function, set by the handler); above 1 a commutative allreduce reduces inside each block first "
+             "(allreduce_hierarchical.py)", set_by_fmpirun=True),
+    Variable("FMPI_NODE", "", "the machine a rank shares with others (on Lambda: its function instance); "
+             "Split_type(COMM_TYPE_SHARED) and the hierarchical collectives group ranks by it (default: the host name)",
+             set_by_fmpirun=True),
 )
 
 
@@ -105,15 +130,23 @@ class Settings:
     spin: float | None = None  # seconds (FMPI_SPIN_US / 1e6); None: transport/spinning.default_spin decides
     spin_yield: bool = False
     shm: bool = True
+    eager_limit: int = 1 << 20
+    unexpected_max: int = 128 << 20
     coll_algo: str = ""
+    # (alpha s, beta s/byte, gamma s/byte) of the network between ranks; None: they share one host (FMPI_NETWORK)
+    network: tuple[float, float, float] | None = LAMBDA_NETWORK
     coll_knobs: dict[str, int] = field(default_factory=dict)  # FMPI_COLL_SEGMENT=64K -> {"segment": 65536}
     errors: str | None = None
     deadline: float | None = None
     tls_ca: str | None = None
     debug_links: bool = False
+    universe_size: int | None = None
     cache_dir: str | None = None
     lambda_zip_limit: int | None = None
     lambda_unzipped_limit: int | None = None
+    prices: str | None = None
+    lambda_scaling: tuple[int, float] = (1000, 10.0)  # (STEP, SECONDS): FMPI_LAMBDA_SCALING
+    ranks_per_node: int = 1  # FMPI_RANKS_PER_NODE: blocks of consecutive ranks that share a machine
 
 
 def read(env: Mapping[str, str] | None = None) -> Settings:
@@ -147,8 +180,18 @@ def read(env: Mapping[str, str] | None = None) -> Settings:
         values["spin_yield"] = _flag("FMPI_SPIN_YIELD", raw("FMPI_SPIN_YIELD"), "0 or 1 (yield the core between polls in a wait)")
     if raw("FMPI_SHM"):
         values["shm"] = _flag("FMPI_SHM", raw("FMPI_SHM"), "0 (no shared-memory lanes) or 1")
+    if raw("FMPI_EAGER_LIMIT"):
+        values["eager_limit"] = parse_bytes("FMPI_EAGER_LIMIT", raw("FMPI_EAGER_LIMIT"))
+    if raw("FMPI_UNEXPECTED_MAX"):
+        values["unexpected_max"] = parse_bytes("FMPI_UNEXPECTED_MAX", raw("FMPI_UNEXPECTED_MAX"))
     values["debug_links"] = bool(raw("FMPI_DEBUG_LINKS"))
+    if raw("FMPI_RANKS_PER_NODE"):
+        values["ranks_per_node"] = _positive_int("FMPI_RANKS_PER_NODE", raw("FMPI_RANKS_PER_NODE"))
+    if raw("FMPI_UNIVERSE_SIZE"):
+        values["universe_size"] = _positive_int("FMPI_UNIVERSE_SIZE", raw("FMPI_UNIVERSE_SIZE"))
     values["coll_algo"] = raw("FMPI_COLL_ALGO")
+    if raw("FMPI_NETWORK"):
+        values["network"] = network(raw("FMPI_NETWORK"))
     values["coll_knobs"] = {
         name[len(COLL_PREFIX):].lower(): parse_bytes(name, value)
         for name, value in env.items()
@@ -162,6 +205,9 @@ def read(env: Mapping[str, str] | None = None) -> Settings:
     values["deadline"] = deadline(env)
     values["tls_ca"] = tls_ca(env)
     values["cache_dir"] = raw("FMPI_CACHE_DIR") or None
+    values["prices"] = raw("FMPI_PRICES") or None
+    if raw("FMPI_LAMBDA_SCALING"):
+        values["lambda_scaling"] = scaling(raw("FMPI_LAMBDA_SCALING"))
     for attr, name in (("lambda_zip_limit", "FMPI_LAMBDA_ZIP_LIMIT"), ("lambda_unzipped_limit", "FMPI_LAMBDA_UNZIPPED_LIMIT")):
         if raw(name):
             values[attr] = _positive_int(name, raw(name))
@@ -234,7 +280,45 @@ def tls_ca(env: Mapping[str, str] | None = None) -> str | None:
     return (os.environ if env is None else env).get("FMPI_TLS_CA", "").strip() or None
 
 
+def node(env: Mapping[str, str] | None = None) -> str | None:
+    """FMPI_NODE, read when asked: the Lambda handler sets it per invocation (a warm process serves several)."""
+    return (os.environ if env is None else env).get("FMPI_NODE", "").strip() or None
+
+
 # ------------------------------------------------------------------ parsers
+def network(text: str) -> tuple[float, float, float] | None:
+    """FMPI_NETWORK: 'host' -> None, 'lambda' -> LAMBDA_NETWORK, 'alpha=US,bandwidth=MBIT[,reduce=GBPS]' -> its (α, β, γ)."""
+    name = text.strip().lower()
+    if name == "host":
+        return None
+    if name == "lambda":
+        return LAMBDA_NETWORK
+    fields = dict(item.partition("=")[::2] for item in name.split(","))
+    usage = f"FMPI_NETWORK must be lambda, host or alpha=US,bandwidth=MBIT[,reduce=GBPS], not {text!r}"
+    if not {"alpha", "bandwidth"} <= fields.keys() <= {"alpha", "bandwidth", "reduce"}:
+        raise ValueError(usage)
+    try:
+        alpha, mbit = float(fields["alpha"]) * 1e-6, float(fields["bandwidth"])
+        gbps = float(fields.get("reduce", 1 / LAMBDA_NETWORK[2] / 1e9))
+    except ValueError:
+        raise ValueError(usage) from None
+    if not (alpha >= 0 and mbit > 0 and gbps > 0):
+        raise ValueError(usage)
+    return (alpha, 8 / (mbit * 1e6), 1 / (gbps * 1e9))
+
+
+def scaling(text: str) -> tuple[int, float]:
+    """FMPI_LAMBDA_SCALING: "STEP/SECONDS" -> (STEP, SECONDS)."""
+    step, slash, period = text.partition("/")
+    try:
+        parsed = (int(step), float(period))
+    except ValueError:
+        parsed = (0, 0.0)
+    if not slash or parsed[0] < 1 or not (0 < parsed[1] < math.inf):
+        raise ValueError(f"FMPI_LAMBDA_SCALING must be STEP/SECONDS (e.g. 1000/10: 1000 more ranks every 10 s), not {text!r}")
+    return parsed
+
+
 def seconds(name: str, text: str, allow_zero: bool) -> float:
     value = _number(name, text, "a number of seconds")
     if value < 0 or (value == 0 and not allow_zero) or math.isnan(value):

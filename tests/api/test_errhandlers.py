@@ -15,7 +15,7 @@ PROGRAM = """
 {rc}
 from mpi4py import MPI
 c = MPI.COMM_WORLD
-print("handler", c.Get_errhandler() is MPI.ERRORS_RETURN, c.Dup().Get_errhandler() is c.Get_errhandler(), flush=True)
+print("handler", c.Get_errhandler() == MPI.ERRORS_RETURN, c.Dup().Get_errhandler() == c.Get_errhandler(), flush=True)
 try:
     c.send("x", dest=c.size + 3)  # an invalid rank
 except MPI.Exception as exc:

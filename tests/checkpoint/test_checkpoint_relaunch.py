@@ -1,7 +1,9 @@
 """Checkpoint/restart with real fmpirun launches: a job longer than its time limit finishes with the same result.
 
-k-means (apps/kmeans.py) is run whole, then under a 2 s per-launch deadline
-that takes several launches; the printed result must be bit-identical.
+k-means (apps/kmeans.py) is run whole, then under a 4 s per-launch deadline
+that takes several launches; the printed result must be bit-identical. (The
+deadline leaves a loaded machine time to start four ranks and make a step;
+the budget lets it take many launches: progress, not speed, is the point.)
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 import pytest
 from tests_support import REPO, fmpirun_argv
 
-KMEANS = ["python", str(REPO / "apps" / "kmeans.py"), "--iterations", "60", "--points", "100000"]
+KMEANS = ["python", str(REPO / "apps" / "kmeans.py"), "--iterations", "100", "--points", "100000"]
 QUICK = {"FMPI_CHECKPOINT_EVERY": "0", "FMPI_CHECKPOINT_MARGIN": "0.5"}
 
 
@@ -29,20 +31,21 @@ def _result(stdout: str) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1000)
 def test_kmeans_past_its_time_limit_is_relaunched_and_bit_identical(tmp_path):
     whole = _run("-n", "4", *KMEANS)
     assert whole.returncode == 0, whole.stderr
     store = tmp_path / "ckpt"
-    relaunched = _run("-n", "4", "--timeout", "2", "--max-runtime", "250", "--checkpoint-url", store.as_uri(),
-                      *KMEANS, env=QUICK, timeout=400)
+    relaunched = _run("-n", "4", "--timeout", "4", "--max-runtime", "800", "--checkpoint-url", store.as_uri(),
+                      *KMEANS, env=QUICK, timeout=900)
     assert relaunched.returncode == 0, relaunched.stderr
     launches = int(re.search(r"the job ended after (\d+) launches", relaunched.stderr).group(1))
     assert launches >= 2, relaunched.stderr
     assert _result(relaunched.stdout) == _result(whole.stdout)
     assert "exited with status 75" not in relaunched.stderr  # a stop at a checkpoint is nobody's fault
     # A URL the user chose is kept (they may want it); its newest checkpoint is the last step.
-    assert '"step": 60' in (store / "manifest.json").read_text()
-    assert sorted(p.name for p in store.iterdir()) == ["manifest.json", "step-000000000060"]
+    assert '"step": 100' in (store / "manifest.json").read_text()
+    assert sorted(p.name for p in store.iterdir()) == ["manifest.json", "step-000000000100"]
 
 
 @pytest.mark.slow

@@ -475,6 +475,7 @@ def test_table_choices_and_overrides(monkeypatch):
         assert table.choose("gather", 1 << 30, 4, equal_blocks=False) == "linear"
         monkeypatch.delenv("FMPI_COLL_ALGO")
         monkeypatch.delenv("FMPI_COLL_SEGMENT")
+        monkeypatch.setenv("FMPI_NETWORK", "host")  # the thresholds measured on one host (test_cost_model: networks)
         table.reset()
         t = table.tuning()
         assert table.choose("allreduce", t.allreduce_ring_min, 4) == "ring"
@@ -495,4 +496,5 @@ def test_table_choices_and_overrides(monkeypatch):
             table.reset()
     finally:
         monkeypatch.delenv("FMPI_COLL_SEGMENT", raising=False)
+        monkeypatch.delenv("FMPI_NETWORK", raising=False)
         table.reset()

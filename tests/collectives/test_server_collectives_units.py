@@ -18,7 +18,10 @@ import pytest
 from fmpi.collectives import server_side, table
 from fmpi.rank.spec import check_relay_url
 from fmpi.redis_relay.collectives import RedisCollectives
+from fmpi.rendezvous.relay_connection import RelayError
 from fmpi.rendezvous.urls import parse_relay_url, relay_addresses
+
+TOKEN = "t" * 32
 
 
 @pytest.fixture
@@ -41,7 +44,7 @@ def _wait_for(pred, what: str, timeout: float = 10.0) -> None:
 @pytest.mark.parametrize("small_max", [1 << 16, 0], ids=["small", "scatter_reduce"])
 def test_duplicate_contribution_does_not_change_the_reduction(job, small_max):
     url, client, job_id = job
-    ranks = [RedisCollectives(url, job_id, small_max=small_max) for _ in range(3)]  # rank 0, rank 0 again, rank 1
+    ranks = [RedisCollectives(url, job_id, TOKEN, small_max=small_max) for _ in range(3)]  # rank 0, rank 0 again, rank 1
     results: dict[str, np.ndarray] = {}
 
     def contribute(name: str, provider, rank: int, values) -> None:
@@ -76,15 +79,13 @@ def test_duplicate_contribution_does_not_change_the_reduction(job, small_max):
 
 def test_barrier_and_rounds_kept(job):
     url, _client, job_id = job
-    a, b = RedisCollectives(url, job_id, keep=2), RedisCollectives(url, job_id, keep=2)
+    a, b = RedisCollectives(url, job_id, TOKEN, keep=2), RedisCollectives(url, job_id, TOKEN, keep=2)
     for gen in range(1, 6):
         t = threading.Thread(target=a.barrier, args=("c3.0", gen, 0, 2))
         t.start()
         b.barrier("c3.0", gen, 1, 2)
         t.join(10)
     a.barrier("c3.0", 5, 0, 2)  # a late repeat of a kept round returns at once
-    from fmpi.rendezvous.relay_connection import RelayError
-
     with pytest.raises(RelayError, match="expired"):
         a.barrier("c3.0", 1, 0, 2)  # forgotten: refused, not a new round that would hang
     assert a.calls == {"barrier": 6} and b.calls == {"barrier": 5}
@@ -93,10 +94,8 @@ def test_barrier_and_rounds_kept(job):
 def test_job_over_refuses(job):
     url, client, job_id = job
     client.delete(f"fmpi:{{{job_id}}}:meta")
-    p = RedisCollectives(url, job_id)
+    p = RedisCollectives(url, job_id, TOKEN)
     from fmpi.redis_relay import collectives as redis_collectives
-    from fmpi.rendezvous.relay_connection import RelayError
-
     old, redis_collectives.WAIT = redis_collectives.WAIT, 1
     try:
         with pytest.raises(RelayError, match="job_over"):
@@ -143,3 +142,31 @@ def test_ops_the_server_can_apply():
         assert server_side.server_op(op) is None
     assert server_side.plain_numeric(np.dtype("c16")) and not server_side.plain_numeric(np.dtype(">f8"))
     assert not server_side.plain_numeric(np.dtype([("v", "f8"), ("i", "i4")]))
+
+
+@pytest.mark.parametrize("small_max", [1 << 16, 0], ids=["small", "scatter_reduce"])
+def test_contributions_are_sealed_and_a_strangers_one_fails_the_round(job, small_max):
+    """Redis holds no plaintext of a contribution; one sealed with another key (a stranger in rank 1's place)
+    fails the collective on the real rank instead of changing its result."""
+    url, client, job_id = job
+    mine, stranger = RedisCollectives(url, job_id, TOKEN, small_max=small_max), RedisCollectives(url, job_id, "x" * 32, small_max=small_max)
+    marker = b"PLAINTEXT-MARKER"
+    data = np.frombuffer(marker * 4, "i8").copy()
+    errors: dict[str, Exception] = {}
+
+    def contribute(name: str, provider, rank: int) -> None:
+        try:
+            provider.allreduce("c9.0", 1, rank, 2, data, "sum", np.zeros_like(data))
+        except RelayError as exc:
+            errors[name] = exc
+
+    first = threading.Thread(target=contribute, args=("mine", mine, 0))
+    first.start()
+    stored = f"fmpi:{{{job_id}}}:coll:c9.0:1" + ("" if small_max else ":s0")
+    _wait_for(lambda: client.hexists(stored, "0"), "rank 0's contribution never arrived")
+    assert marker not in b"".join(v for k, v in client.hgetall(stored).items())
+    contribute("stranger", stranger, 1)
+    first.join(10)
+    assert errors["mine"].code == "forged" and "failed authentication" in str(errors["mine"])
+    for p in (mine, stranger):
+        p.close()

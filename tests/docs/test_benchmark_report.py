@@ -45,7 +45,17 @@ def test_quick_report(tmp_path):
     for app in ("pi", "kmeans", "logreg", "jacobi", "mlp", "samplesort"):
         line = next((row for row in report.splitlines() if row.startswith(f"| {app} |")), None)
         assert line and "—" not in line, f"app {app}: {line}"
-    for plot in PLOTS:
+    # The shaped lab (root, namespaces: what CI has): fmpi, MPICH and the bound at N = 2 and 4, and its plot.
+    sys.path.insert(0, str(REPO / "tests"))
+    from natlab.topology import natlab_available
+
+    plots = list(PLOTS)
+    if natlab_available()[0]:
+        assert "## Collectives on a Lambda-shaped network" in report
+        shaped = [line for line in report.splitlines() if line.startswith(("| 2 | allreduce 8 B", "| 4 | bcast 1 MiB"))]
+        assert len(shaped) == 2 and not [row for row in shaped if "—" in row.split("|", 3)[3]], shaped
+        plots.append("netlab.png")
+    for plot in plots:
         data = (out / plot).read_bytes()
         assert data.startswith(b"\x89PNG") and len(data) > 5000, plot
         assert f"]({plot})" in report

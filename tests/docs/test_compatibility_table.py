@@ -26,7 +26,7 @@ compat_table = load_script("docs/tools/compat_table.py", "compat_table")
 # Where fmpi keeps the names of a section: mpi4py defines the collectives on Comm, fmpi on Intracomm,
 # the class of every communicator it hands out.
 FMPI_CLASS = {"Comm": "Intracomm"}
-COMM_FAMILY = ("Comm", "Intracomm", "Cartcomm")
+COMM_FAMILY = compat_table.COMM_FAMILY
 
 
 @pytest.fixture(scope="module")

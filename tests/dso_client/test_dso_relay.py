@@ -13,8 +13,9 @@ import uuid
 import numpy as np
 import pytest
 
-from fmpi.dso_client.client import DsoClient, DsoHost
+from fmpi.dso_client.client import DsoClient
 from fmpi.dso_client.hash_ring import HashRing
+from fmpi.dso_client.host import DsoHost
 from fmpi.dso_client.node_connection import SharedObjectError
 from fmpi.rendezvous.relay_connection import RelayConnection, RelayError
 from fmpi.wire.relay_protocol import (

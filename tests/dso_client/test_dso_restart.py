@@ -24,8 +24,9 @@ import numpy as np
 import pytest
 from tests_support import RelayProcess, fmpirun_argv
 
-from fmpi.dso_client.client import DsoClient, DsoHost
+from fmpi.dso_client.client import DsoClient
 from fmpi.dso_client.collectives import DsoCollectives
+from fmpi.dso_client.host import DsoHost
 from fmpi.dso_client.node_connection import SharedObjectError
 
 TOKEN = "dso-restart-token-0123456789"

@@ -24,6 +24,9 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 from fmpi.lambda_local.runtime_site import build_runtime_site
+from fmpi.lambda_runtime.runtimes import default_architecture, default_runtime
+from fmpi.launcher.lambda_backend import packaging
+from fmpi.launcher.lambda_backend.target_deps import target_dependencies
 from fmpi.lambda_local.server import MotoLambdaServer
 from lambda_testing import FMPIRUN, Faults, Run, aws_env
 
@@ -35,7 +38,11 @@ def runtime_site(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="session")
 def bundle_cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("fmpi-cache")
+    """FMPI_CACHE_DIR of this worker's jobs, with the runtime's dependencies already built: the first job's
+    packaging would otherwise spend a minute in pip inside a test's timing (and the NAT lab reaches no index)."""
+    cache = tmp_path_factory.mktemp("fmpi-cache")
+    target_dependencies(packaging.TARGET_REQUIREMENTS, default_runtime(), default_architecture(), cache / "lambda")
+    return cache
 
 
 @pytest.fixture(scope="session")
@@ -49,6 +56,7 @@ def moto_server(tmp_path_factory, runtime_site):
     )
     srv.ctrl.deliveries = faults.deliveries
     srv.ctrl.start_delay = faults.start_delay
+    srv.ctrl.throttle = faults.throttles
     srv.start()
     srv.faults = faults
     srv.role_arn = srv.create_role()

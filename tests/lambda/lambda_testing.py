@@ -4,26 +4,19 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests_support import Run  # noqa: F401 - re-exported for the Lambda tests
 from fmpi.lambda_local.executor import FunctionSpec, Placement, event_of
 
 HERE = Path(__file__).resolve().parent
+_lock = threading.Lock()  # (the emulator calls the fault hooks from its request threads)
 REPO = HERE.parents[1]
 PROGRAMS = HERE / "programs"
 FMPIRUN = str(Path(sys.executable).parent / "fmpirun")
-
-
-@dataclass
-class Run:
-    returncode: int
-    stdout: str
-    stderr: str
-
-    def lines(self) -> list[str]:
-        return self.stdout.splitlines()
 
 
 @dataclass
@@ -34,11 +27,15 @@ class Faults:
     duplicate: set[int] = field(default_factory=set)  # delivered twice
     netns: Callable[[int], str | None] | None = None  # run a rank (or the ping: "rank" -1) in this network namespace
     delay: dict[int, float] = field(default_factory=dict)  # rank -> seconds its Event invocation waits to start
+    throttle: dict[int, int] = field(default_factory=dict)  # rank -> how many of its Invoke calls get a 429
+    throttled: list[int] = field(default_factory=list)  # the ranks of the Invoke calls that got one, in order
 
     def clear(self) -> None:
         self.drop.clear()
         self.duplicate.clear()
         self.delay.clear()
+        self.throttle.clear()
+        self.throttled.clear()
         self.netns = None
 
     def start_delay(self, payload: bytes) -> float:
@@ -50,6 +47,15 @@ class Faults:
         if rank in self.drop:
             return Placement(run=False)
         return Placement(netns=self.netns(rank) if self.netns and isinstance(rank, int) else None)
+
+    def throttles(self, payload: bytes) -> bool:
+        rank = event_of(payload).get("rank")
+        with _lock:
+            if self.throttle.get(rank, 0) <= 0:
+                return False
+            self.throttle[rank] -= 1
+            self.throttled.append(rank)
+            return True
 
     def deliveries(self, payload: bytes) -> int:
         return 2 if event_of(payload).get("rank") in self.duplicate else 1

@@ -23,7 +23,8 @@ import json, os, sys, time
 
 def echo(event, context):
     return {"event": event, "remaining_ms": context.get_remaining_time_in_millis(),
-            "arn": context.invoked_function_arn, "pid": os.getpid(), "path": sys.path[:3]}
+            "arn": context.invoked_function_arn, "pid": os.getpid(), "path": sys.path[:3],
+            "request_id": context.aws_request_id}
 
 def numpy_version(event, context):
     import numpy
@@ -94,6 +95,11 @@ def test_canary_passes_on_the_pinned_moto(runtime_site):
     assert check_awslambdaric(sys.executable, runtime_site)
 
 
+def test_canary_passes_while_the_emulator_has_moto_patched(moto):
+    # (under xdist the canary test may run in a worker whose emulator is up: it read the wrapper's signature)
+    check_moto_compat()
+
+
 def test_canary_detects_drift(monkeypatch):
     from moto.awslambda import models
 
@@ -120,6 +126,7 @@ def test_request_response_runs_in_its_own_process(moto):
     assert 6000 < body["remaining_ms"] <= 7000
     assert body["arn"].endswith(f":function:{name}")
     assert body["pid"] != os.getpid()
+    assert reply["ResponseMetadata"]["RequestId"] == body["request_id"]  # as on AWS: the invocation's own id
 
 
 def test_runtime_has_only_what_aws_provides(moto):
@@ -150,6 +157,8 @@ def test_event_invocations_are_asynchronous(moto):
     assert reply["StatusCode"] == 202
     assert time.monotonic() - t0 < 0.5  # stock moto would run it (or try Docker) before answering
     assert moto.ctrl.wait_idle(10)
+    # The id Invoke answered is the one the invocation runs under (its START and REPORT lines): fmpirun names it.
+    assert moto.ctrl.history[-1]["request_id"] == reply["ResponseMetadata"]["RequestId"]
 
 
 def _call(moto, name: str, event: dict | None = None) -> tuple[str | None, object]:

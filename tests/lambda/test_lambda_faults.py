@@ -121,6 +121,22 @@ def test_rank_that_never_starts_is_named(lambda_run, moto):
     assert time.monotonic() - t0 < 20
 
 
+def test_a_fill_timeout_names_the_invocations_that_never_joined(lambda_run, moto):
+    # The user is told which invocation to look for: its request id (what Invoke answered, and what its log lines
+    # carry) and, had it started, its log stream; the ranks that joined are not named.
+    moto.faults.drop = {2}
+    before = len(moto.ctrl.history)
+    run = lambda_run(3, PROGRAMS / "ring_collectives.py", extra=("--fill-timeout", "15"))  # (room for cold starts)
+    assert run.returncode == 1
+    assert moto.ctrl.wait_idle(30)
+    dropped = [r for r in moto.ctrl.history[before:] if r["error"] == "Emulator.Dropped"]
+    assert len(dropped) == 1, moto.ctrl.history[before:]
+    request_id = dropped[0]["request_id"]
+    assert "2 of 3 ranks joined; missing ranks: 2" in run.stderr, run.stderr
+    assert f"Invocations that never joined: rank 2: request id {request_id}, no START line in the log yet" in run.stderr
+    assert "rank 0: request id" not in run.stderr and "rank 1: request id" not in run.stderr
+
+
 def test_rank_stopped_by_the_function_timeout(lambda_run):
     t0 = time.monotonic()
     run = lambda_run(3, PROGRAMS / "sleeper.py", extra=("--timeout", "5", "--fill-timeout", "4"))

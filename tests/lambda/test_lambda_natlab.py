@@ -50,7 +50,7 @@ def nat_lab():
 
 
 @pytest.fixture
-def lab_fmpirun(nat_lab, moto, bundle_cache):
+def lab_fmpirun(nat_lab, moto, bundle_cache):  # (the cache holds the dependencies: the lab reaches no index)
     host, port = moto.endpoint_url.rsplit("/", 1)[-1].split(":")
     sock_dir = tempfile.mkdtemp(prefix="fmpi-nat-")  # short: Unix socket paths are limited to 108 bytes
     bridge = UnixToTcp(f"{sock_dir}/moto.sock", host, int(port))
@@ -94,12 +94,12 @@ def test_ranks_behind_nat_rendezvous(lab_fmpirun, nat_lab):
 
 
 def test_messages_between_ranks_behind_nat(lab_fmpirun):
-    run = lab_fmpirun(RANKS, PROGRAMS / "ring_collectives.py", "nat", extra=("--fill-timeout", "20"))
+    run = lab_fmpirun(RANKS, PROGRAMS / "ring_collectives.py", "nat", extra=("--fill-timeout", "20", "-v"))
     assert run.returncode == 0, run.stderr
     assert len(run.stdout.splitlines()) == RANKS
     assert f"rank 0/{RANKS} token={sum(range(RANKS))}" in run.stdout
     # Behind NATs no link can be a plain connect: each was punched, or else relayed.
-    # fmpirun prints the summary whenever ranks reported links, and a ring reports some: always here.
+    # With -v fmpirun prints the summary whenever ranks reported links, and a ring reports some: always here.
     links = re.search(r"links: (\d+) \((\d+) direct, (\d+) punched, (\d+) relayed\)", run.stderr)
     assert links, run.stderr
     total, direct, punched, relayed = map(int, links.groups())

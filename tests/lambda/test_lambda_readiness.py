@@ -222,7 +222,8 @@ def test_steps_and_cost_are_shown_even_when_the_job_fails(lambda_run):
     run = lambda_run(3, PROGRAMS / "exit_code.py")
     assert run.returncode == 4, run.stderr
     assert "fmpirun: package " in run.stderr and "answers: fmpi" in run.stderr  # plain lines: stderr is no terminal
-    assert "fmpirun: cost: 3 ranks, about " in run.stderr and "GB-s, about $" in run.stderr
+    assert "fmpirun: cost: 3 ranks, " in run.stderr and " GB-s billed (Lambda's REPORT lines for " in run.stderr
+    assert "about $" in run.stderr
 
 
 def test_progress_is_live_on_a_terminal(moto, bundle_cache):
@@ -308,6 +309,12 @@ def test_emulated_functions_share_no_memory_as_on_lambda(lambda_run):
 
     if not capabilities()["tmp"]:
         pytest.skip("private mounts (/dev/shm, /tmp) need root")
-    run = lambda_run(4, REPO / "apps" / "pi.py", "--samples", "100000")
+    run = lambda_run(4, REPO / "apps" / "pi.py", "--samples", "100000", extra=("-v",))
     assert run.returncode == 0, run.stderr
     assert "links: 3 (" in run.stderr and "with shared memory" not in run.stderr, run.stderr
+
+
+def test_the_links_summary_is_printed_only_with_v(lambda_run):
+    run = lambda_run(2, REPO / "apps" / "pi.py", "--samples", "1000")
+    assert run.returncode == 0, run.stderr
+    assert "links:" not in run.stderr, run.stderr

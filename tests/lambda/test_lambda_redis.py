@@ -66,3 +66,19 @@ def test_failing_rank_over_redis(lambda_run, moto, redis_server):
     assert reference.returncode == 4, reference.stderr
     assert "rank 1 exited with status 4" in reference.stderr
     assert not _fmpi_keys(client), "the failed job left keys in Redis"
+
+
+def test_a_rank_whose_slot_a_spare_took_moves_over_redis(lambda_run, moto, redis_server):
+    # fmpirun --spare over Redis: the spare starts first and takes slot 0; rank 0's invocation, late, takes the
+    # slot that rank 2's (never started) left free, and the world runs with records sealed for the slots they end in.
+    url, client = redis_server
+    moto.faults.drop = {2}
+    moto.faults.delay = {0: 10.0}
+    before = len(moto.ctrl.history)
+    run = lambda_run(3, PROGRAMS / "hello.py", extra=("--relay", url, "--spare", "1"))
+    assert run.returncode == 0, run.stderr + _rank_results(moto, before)
+    assert sorted(run.lines()) == [f"hello from rank {r} of 3" for r in range(3)]
+    assert moto.ctrl.wait_idle(30)
+    late = [r for r in moto.ctrl.history[before:] if r["type"] == "Event" and r.get("spawn", 0) - r["t_api"] >= 9]
+    assert [json.loads(r["payload"])["rank"] for r in late] == [2], late  # rank 0's invocation, in slot 2
+    assert not _fmpi_keys(client), "the job left keys in Redis"

@@ -53,7 +53,7 @@ def test_event_round_trip():
         ({"fmpi": None}, "not an fmpi rank event"),
         ({"token": None}, "lacks token"),
         ({"rank": 9}, "rank 9 is outside a world of 4"),
-        ({"rank": -1}, "must name its rank slot"),
+        ({"rank": -2}, "rank -2 is outside a world of 4"),  # (-1: a spare, fmpirun --spare)
         ({"rank": True}, "rank must be an integer"),
         ({"size": "many"}, "invalid rank event"),
         ({"token": "short"}, "token is missing or too short"),
@@ -357,12 +357,12 @@ def test_invoke_all_reports_failures_by_rank_and_stops():
     base = RankEvent(RankSpec("j", 0, 40, "tcp://r:1", TOKEN), Program(script="a.py"), 0.0)
     invoked = []
     fake = _FakeLambda(fail_rank=0)
-    failed = invoke_all(fake, "fn", heads(base, 40, 0), lambda ev: invoked.append(ev.spec.rank), workers=1)
+    failed = invoke_all(fake, "fn", heads(base, 40, 0), lambda ev, _id: invoked.append(ev.spec.rank), workers=1)
     assert "cannot invoke rank 0: access denied (not allowed)" in failed[0]
     assert len(failed) == 40 and not invoked  # after the first failure nothing more is attempted
     assert fake.calls == [0]
     fine = _FakeLambda()
-    assert invoke_all(fine, "fn", heads(base, 40, 0), lambda ev: invoked.append(ev.spec.rank)) == {}
+    assert invoke_all(fine, "fn", heads(base, 40, 0), lambda ev, _id: invoked.append(ev.spec.rank)) == {}
     assert sorted(invoked) == list(range(40))
 
 
@@ -385,3 +385,48 @@ def test_localstack_backend_defaults_to_localhost_4566(monkeypatch):
     # AWS_ENDPOINT_URL, when set, wins over the default (it is how the LocalStack stage points elsewhere).
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:4510")
     assert aws.connect("localstack", None, None, None).client("lambda").meta.endpoint_url == "http://127.0.0.1:4510"
+
+
+@pytest.mark.parametrize("n, k, arity", [(n, k, a) for n in (1, 5, 8, 100) for k in (2, 3, 6) for a in (0, 1, 2, 16)])
+def test_invocations_of_several_ranks_cover_every_rank_once(n, k, arity):
+    """--ranks-per-function K: ceil(N/K) invocations (direct or through the tree), each running ranks r..r+K-1."""
+    base = RankEvent(RankSpec("j", 0, n, "tcp://r:1", TOKEN), Program(script="a.py"), 0.0, per_function=k)
+    invoked, level = [], heads(base, n, arity)
+    while level:
+        invoked += level
+        level = [e.for_subtree(c) for e in level if e.fanout for c in e.fanout.children()]
+    assert len(invoked) == -(-n // k)
+    assert sorted(r for e in invoked for r in e.local_ranks) == list(range(n))
+    assert all(RankEvent.from_event(e.to_event()).local_ranks == e.local_ranks for e in invoked)
+    sibling = invoked[0].for_sibling(1) if n > 1 else None
+    assert sibling is None or (list(sibling.local_ranks) == [1] and sibling.fanout is None)
+
+
+def test_default_ranks_per_function_is_one_per_vcpu():
+    from argparse import Namespace
+
+    from fmpi.launcher.lambda_backend.options import ranks_per_function
+
+    def k(memory, spare=0, given=None):
+        return ranks_per_function(Namespace(memory=memory, spare=spare, ranks_per_function=given))
+
+    assert [k(m) for m in (128, 1769, 3538, 5307, 7076, 10240)] == [1, 1, 2, 3, 4, 6]
+    assert k(10240, spare=1) == 1 and k(1769, given=4) == 4
+
+
+def test_warm_invocations_of_several_ranks_leave_no_process_behind():
+    """--ranks-per-function 3 in one warm process, twice: each invocation's two sibling processes run their
+    ranks (their output reaches the launcher) and are reaped before the handler returns."""
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "warm_harness.py"), str(PROGRAMS), "leaky.py", "first", "second"],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "WARM_PER_FUNCTION": "3"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    results = [json.loads(line[7:]) for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert len(results) == 2, proc.stdout + proc.stderr
+    for result, arg in zip(results, ("first", "second")):
+        assert result["summary"]["status"] == "finished", result
+        assert result["summary"]["siblings"] == {"1": 0, "2": 0}, result
+        seen = [line for line in result["output"].splitlines() if line.startswith("SEEN")]
+        assert len(seen) == 3 and all("'world': 3" in s and f"'argv': ['{arg}']" in s for s in seen), result["output"]
+        assert result["children"] == [], "a sibling process outlived its invocation"

@@ -2,6 +2,9 @@
 
     python warm_harness.py CODE_DIR SCRIPT ARG...   (one invocation per ARG)
 
+WARM_PER_FUNCTION=K: each job has K ranks, all run by the one invocation (the handler's siblings); each
+RESULT line then also says which child processes of this one are still alive (``children``).
+
 Each invocation is a one-rank job at an in-process relay; the handler runs
 SCRIPT from CODE_DIR with [ARG] as its arguments. Prints one ``RESULT {json}``
 line per invocation (the handler's summary and the program's forwarded output),
@@ -43,14 +46,17 @@ def main() -> None:
     relay = RelayThread("127.0.0.1", 0)
     url = "tcp://{}:{}".format(*relay.address)
     before = {"argv": sys.argv[:], "cwd": os.getcwd(), "path": sys.path[:]}
+    k = int(os.environ.get("WARM_PER_FUNCTION", "1"))
+    fill = 10.0 if k == 1 else 40.0  # (sibling processes import fmpi first: seconds on a loaded machine)
     for arg in args:
         output: list[str] = []
-        job = Job(url, 1, 10.0, on_output=lambda rank, stream, data, output=output: output.append(data) if stream == "stdout" else None)
-        event = RankEvent(job.spec(0), Program(script=script, args=(arg,)), time.time() + 10).to_event()
-        summary = handler.handler(event, Context(30))
-        job.wait(lambda s: 0 in s.finished, 10)
+        job = Job(url, k, fill, on_output=lambda rank, stream, data, output=output: output.append(data) if stream == "stdout" else None)
+        event = RankEvent(job.spec(0), Program(script=script, args=(arg,)), time.time() + fill, per_function=k).to_event()
+        summary = handler.handler(event, Context(30 + fill))
+        job.wait(lambda s: len(s.finished) == k, 10)
         job.end()
-        print("RESULT", json.dumps({"summary": summary, "output": "".join(output)}), file=real_out, flush=True)
+        print("RESULT", json.dumps({"summary": summary, "output": "".join(output), "children": _children()}),
+              file=real_out, flush=True)
     from fmpi.api import runtime
 
     after = {
@@ -64,6 +70,20 @@ def main() -> None:
     }
     print("AFTER", json.dumps(after), file=real_out, flush=True)
     relay.stop()
+
+
+def _children() -> list[int]:
+    """Pids of this process's living children (from /proc: whoever names us as its parent)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except (OSError, ValueError):
+            continue
+        fields = stat.rsplit(")", 1)[-1].split()
+        if entry.isdigit() and int(fields[1]) == os.getpid() and fields[0] != "Z":
+            found.append(int(entry))
+    return found
 
 
 if __name__ == "__main__":

@@ -31,6 +31,13 @@ def run(*args: str, **kw) -> subprocess.CompletedProcess:
         (["--relay-listen", "127.0.0.1:99999"], "not '127.0.0.1:99999'"),
         (["-n", "x"], "argument -n/-np: invalid int value: 'x' (see fmpirun --help)"),
         (["--no-such-option"], "unrecognized arguments: --no-such-option"),
+        (["--spare", "2"], "--spare is for the Lambda backends"),
+        (["--spare", "-1"], "--spare must be 0 or more (got -1)"),
+        (["--report", "cost.json"], "--report is for the Lambda backends"),
+        (["--ranks-per-function", "2"], "--ranks-per-function is for the Lambda backends"),
+        (["--ranks-per-function", "0"], "--ranks-per-function must be at least 1 (got 0)"),
+        (["--ranks-per-function", "two"], "argument --ranks-per-function: invalid int value: 'two'"),
+        (["--prices", "p.json"], "--prices is for the Lambda backends"),
     ],
 )
 def test_bad_input_is_one_line_and_status_2(args, message):

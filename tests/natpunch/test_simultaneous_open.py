@@ -114,7 +114,7 @@ def test_symmetric_symmetric_fails_within_deadline(agents: Agents) -> None:
         r = res[me]["peers"][peer]
         assert not r["ok"]
         assert TIMEOUT - 0.05 <= r["elapsed"] <= TIMEOUT + 0.5, r
-        assert "symmetric" in r["reason"] and "relay" in r["reason"], r["reason"]
+        assert "symmetric" in r["reason"] and "relay" not in r["reason"], r["reason"]  # (whether to relay is not the punch's call)
         assert "ECONNREFUSED" not in r["reason"]  # dropped silently, never RST
         assert r["attempts"] >= 2
     assert wall < TIMEOUT + 3.0
@@ -243,7 +243,7 @@ def test_refused_fails_fast_with_reason() -> None:
     r = punch(("127.0.0.1", 0), [("127.0.0.1", dead_port)], deadline_in(0.6))
     assert not r.ok and r.sock is None
     assert 0.55 < time.monotonic() - t0 < 1.0
-    assert "ECONNREFUSED" in r.reason and "relay" in r.reason
+    assert "ECONNREFUSED" in r.reason and "relay" not in r.reason  # (whether to relay is not the punch's call)
     assert r.attempts >= 3  # 100-250 ms pacing
     assert r.attempts <= 8
 

@@ -18,6 +18,7 @@ from fmpi.rendezvous.redis_mailbox import (
     QUEUED,
     RankMailbox,
 )
+from fmpi.rendezvous.redis_seal import DATA, JobKey, Opener, Sealer
 from fmpi.rendezvous.relay_connection import RelayError
 from fmpi.transport.options import TransportOptions
 from fmpi.transport.requests import TransportError
@@ -175,8 +176,10 @@ def _join_expecting_failure(spec, errors) -> None:
 def test_mailbox_keeps_order_refuses_finished_ranks_and_never_revives_an_ended_job(redis_server):
     url, client = redis_server
     job = Job(url, 2, 10.0)
-    box0 = RankMailbox(connect(url), connect(url), job.id, 0, ttl=120)
-    box1 = RankMailbox(connect(url), connect(url), job.id, 1, ttl=120)
+    key = JobKey(job.token, job.id)
+    box0 = RankMailbox(connect(url), connect(url), job.id, 0, Sealer(key, 0), ttl=120)
+    box1 = RankMailbox(connect(url), connect(url), job.id, 1, Sealer(key, 1), ttl=120)
+    opener = Opener(key, 1)
     try:
         items = [i.to_bytes(4, "big") + bytes([i % 256]) * (1000 + i) for i in range(150)]  # spans 3 script batches
         assert box0.push(1, items) == QUEUED
@@ -186,7 +189,7 @@ def test_mailbox_keeps_order_refuses_finished_ranks_and_never_revives_an_ended_j
             what, got = box1.next()
             assert what == "chunks"
             received.extend(got)
-        assert received == items
+        assert [opener.open(DATA, item, ordered=True) for item in received] == [(0, item) for item in items]
         assert not client.exists(box1.mbox)  # emptied lists vanish: nothing to clean
         assert box1.finished(0, None)
         assert box0.push(1, [b"\0\0\0\0late"]) == FINISHED

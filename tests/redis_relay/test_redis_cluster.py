@@ -132,7 +132,7 @@ def test_a_moved_slot_is_a_clear_error(redis_cluster, monkeypatch):
     job = job_on_another_node(cluster, cluster.spare)
     url = cluster.url(cluster.spare)
     monkeypatch.setitem(redis_connect._job_nodes, (url, job), url)  # as if the slot had been on the spare
-    coll = RedisCollectives(url, job)
+    coll = RedisCollectives(url, job, "t" * 32)
     try:
         with pytest.raises(RelayError, match=r"the job's Redis Cluster slot \d+ moved to 127\.0\.0\.1:\d+ while the job ran") as info:
             coll.barrier("w", 0, 0, 1)

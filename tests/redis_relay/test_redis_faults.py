@@ -147,3 +147,54 @@ def test_the_bulk_limit_is_read_from_the_server_or_assumed_where_config_is_refus
         assert bulk_limit(limited, "here") == DEFAULT_BULK_MAX
     finally:
         limited.close()
+
+
+def test_redis_restarted_mid_job_within_the_rejoin_window_still_ends_the_job_cleanly(own_redis, tmp_path):
+    """What docs/redis-relay.md promises today: a Redis that restarts (empty) under a job ends it, clearly,
+    at once — it does not wait FMPI_RELAY_REJOIN for Redis, hang, or bring the job's keys back to life."""
+    server, url, _client = own_redis
+    import redis
+
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    script = tmp_path / "loop.py"
+    script.write_text(LOOPING)
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    proc = subprocess.Popen(
+        fmpirun_argv("-n", "3", "--relay", url, "--channel", "relay", sys.executable, str(script), str(pids)),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    again = None
+    try:
+        wait_for_file(lambda: (pids / "running").exists(), timeout=60)
+        server.send_signal(signal.SIGKILL)
+        server.wait(10)
+        killed = time.monotonic()
+        again = subprocess.Popen(  # the same server back on the same port, empty, well within the 30 s window
+            [shutil.which("redis-server"), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--requirepass", PASSWORD],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        _, err = proc.communicate(timeout=15)  # (TimeoutExpired: the job hung on the restarted server)
+        elapsed = time.monotonic() - killed
+        client = redis.Redis(host="127.0.0.1", port=port, password=PASSWORD)
+        wait_for_file(lambda: _answers(client), timeout=10)
+        time.sleep(1)  # (ranks still exiting would write now)
+        leftovers = [k for k in client.scan_iter(match="fmpi:*")]
+        client.close()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        if again is not None:
+            again.kill()
+            again.wait(10)
+    assert proc.returncode != 0, err
+    assert f"lost Redis at redis://127.0.0.1:{port}" in err, err[-3000:]
+    assert elapsed < 15, f"took {elapsed:.1f} s"
+    assert leftovers == [], f"the job's keys came back in the restarted Redis: {leftovers}"
+    ranks = [int(p.name) for p in pids.iterdir() if p.name.isdigit()]
+    deadline = time.monotonic() + 5
+    while pids_alive(ranks) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not pids_alive(ranks), "rank processes outlived the job"

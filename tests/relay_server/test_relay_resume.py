@@ -43,15 +43,6 @@ def relay():
     r.stop()
 
 
-@pytest.fixture
-def conns():
-    """Connections a test opens (a job lives as long as its launcher's): all closed after it."""
-    opened: list[RelayConnection] = []
-    yield opened
-    for c in opened:
-        c.close()
-
-
 def new_job() -> str:
     return f"resume-{next(_ids)}"
 
@@ -172,7 +163,7 @@ def test_the_joined_event_carries_the_incarnation(relay, conns):
     "rank, incarnation, changes, code, words",
     [
         (1, "impostor", {}, "duplicate", ["rank 1", "'inc-1'", "'impostor'"]),
-        (0, "inc-0", {}, "duplicate", ["rank 0", "already rejoined"]),
+        (0, "other", {}, "duplicate", ["rank 0", "'inc-0'", "'other'"]),  # (as inc-0 it is a reconnect: reconnect.py)
         (1, "inc-1", {"resume": None}, "duplicate", ["already complete"]),  # a plain REGISTER
         (2, "inc-2", {}, "bad_rank", ["rank 2", "finished (exit code 3)"]),
         (3, "inc-3", {}, "bad_rank", ["rank 3 is outside"]),

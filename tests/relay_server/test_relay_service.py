@@ -97,8 +97,22 @@ def test_world_is_published_to_all_once_full_with_observed_addresses(relay):
 def test_any_free_slot(relay):
     create(relay, size=2)
     # keep both connections open: a rank that leaves before the world frees its slot
-    first, second = join(relay, rank=-1), join(relay, rank=-1)
+    first, second = join(relay, rank=-1, incarnation="a"), join(relay, rank=-1, incarnation="b")
     assert sorted([first[1], second[1]]) == [0, 1]
+
+
+def test_a_pinned_rank_whose_slot_a_spare_took_takes_a_free_one(relay):
+    # A spare (any free slot) that starts before rank 0 takes slot 0; rank 0 must not be refused, or the
+    # world would wait for the straggler the spare was there to replace.
+    create(relay, size=3)
+    spare = join(relay, rank=-1, incarnation="spare")
+    assert spare[1] == 0
+    pinned = join(relay, rank=0, incarnation="rank0")
+    assert pinned[1] == 1
+    third = join(relay, rank=1, incarnation="rank1")  # its slot went to rank 0: the last free one is its own now
+    assert third[1] == 2
+    with pytest.raises(RelayError, match="duplicate|full|already"):
+        join(relay, rank=2, incarnation="straggler")  # the world is complete: the straggler is not needed
 
 
 @pytest.mark.parametrize(
@@ -299,6 +313,8 @@ STEADY = """
 import time
 from mpi4py import MPI
 c = MPI.COMM_WORLD
+c.Barrier()
+c.rank == 0 and print("running", flush=True)
 for _ in range(600):
     c.Barrier()
     time.sleep(0.05)
@@ -312,7 +328,7 @@ def test_a_relay_stopped_with_sigterm_ends_its_jobs_and_says_so(relay_process, t
     prog.write_text(STEADY)
     proc = subprocess.Popen(fmpirun_argv("-n", "2", "--relay", relay.url, sys.executable, str(prog)),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(2.5)  # the job runs
+    assert proc.stdout.readline() == "running\n"  # the job runs (however long a loaded machine took to start it)
     relay.proc.terminate()
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1, err

@@ -155,6 +155,57 @@ def test_refusals_have_the_same_codes(job):
     first.close()
 
 
+def test_a_spare_takes_any_free_slot_once_per_incarnation(job):
+    # fmpirun --spare: rank -1 takes a free slot; one invocation delivered twice (the same incarnation) is one rank.
+    url, make = job
+    job_id, launcher, _ = make(3)
+    pinned, _ = joined(url, job_id, 0, incarnation="pinned")
+    spare, registered = joined(url, job_id, -1, incarnation="spare-a")
+    assert registered.rank == 1
+    with pytest.raises(RelayError, match="spare-a") as info:
+        joined(url, job_id, -1, incarnation="spare-a")
+    assert info.value.code == "duplicate"
+    other, registered = joined(url, job_id, -1, incarnation="spare-b")
+    assert registered.rank == 2
+    # (the launcher hears the world a spare completed: over Redis its proofs open in the order they were sealed)
+    assert [launcher.next("left")[0] for _ in range(4)] == ["joined", "joined", "joined", "world"]
+    with pytest.raises(RelayError) as info:  # the world is complete: a late spare is told so, and exits
+        joined(url, job_id, -1, incarnation="spare-c")
+    assert info.value.code in ("duplicate", "closed")
+    for member in (pinned, spare, other):
+        member.close()
+
+
+def test_a_pinned_rank_whose_slot_a_spare_took_takes_a_free_one(job):
+    # The race of fmpirun --spare: a spare that starts before rank 0 takes slot 0; rank 0, when it comes, must not
+    # be refused (the world would wait for the straggler the spare was there to replace): it takes a free slot and
+    # holds it as a spare does. One invocation delivered twice still joins once, and every world and 'joined'
+    # event opens (over Redis each slot's record is sealed for the slot it ends in).
+    url, make = job
+    job_id, launcher, _ = make(3)
+    spare, first = joined(url, job_id, -1, incarnation="spare")
+    assert first.rank == 0
+    pinned, second = joined(url, job_id, 0, incarnation="rank0")
+    assert second.rank == 1
+    with pytest.raises(RelayError, match="rank0") as info:  # Lambda delivered rank 0's event twice
+        joined(url, job_id, 0, incarnation="rank0")
+    assert info.value.code == "duplicate"
+    third, last = joined(url, job_id, 1, incarnation="rank1")  # its slot went to rank 0: it moves on in turn
+    assert last.rank == 2
+    with pytest.raises(RelayError) as info:  # the world is complete: the straggler is not needed
+        joined(url, job_id, 2, incarnation="straggler")
+    assert info.value.code in ("duplicate", "closed")
+    members = [spare, pinned, third]
+    for member in members:
+        world = member.wait_world(time.monotonic() + 10)
+        assert [tuple(p.endpoints[0]) for p in world] == [first.local, second.local, last.local]
+    heard = [launcher.next("left") for _ in range(4)]
+    assert [k for k, _ in heard] == ["joined", "joined", "joined", "world"]
+    assert [(b["rank"], b["incarnation"]) for _, b in heard[:3]] == [(0, "spare"), (1, "rank0"), (2, "rank1")]
+    for member in members:
+        member.close()
+
+
 def test_an_unfilled_world_fails_naming_the_missing_ranks(job):
     url, make = job
     job_id, launcher, _ = make(4, fill_timeout=1.0)

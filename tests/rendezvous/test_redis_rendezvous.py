@@ -135,3 +135,37 @@ def test_wrong_password_and_unreachable_server_are_named(redis_server):
     assert "nope" not in str(info.value)  # the password never appears in messages
     with pytest.raises(RelayError, match="cannot reach Redis at redis://127.0.0.1:1/0"):
         connect("redis://127.0.0.1:1/0", timeout=2)
+
+
+def test_ranks_that_take_any_free_slot_are_sealed_and_heard(job_factory):
+    # (fmpirun --join without --rank: the record and the joined proof are sealed before the slot is known)
+    url, client, make = job_factory
+    job, events = make(2)
+    members = [rank(url, job, incarnation=f"i{k}") for k in range(2)]  # (one incarnation joins once)
+    assert sorted(m.rank for m in members) == [0, 1]
+    worlds = [m.wait_world(time.monotonic() + 5) for m in members]
+    assert all([p.endpoints for p in world] == [[("10.0.0.1", 5000)], [("10.0.0.1", 5000)]] for world in worlds)
+    heard = [events.get(timeout=5) for _ in range(3)]
+    assert [(k, e.get("rank")) for k, e in heard[:2]] == [("joined", 0), ("joined", 1)] and heard[2][0] == "world"
+    stored = b"".join(v for v in client.hgetall(f"fmpi:{{{job.job}}}:members").values())
+    assert b"10.0.0.1" not in stored and b"127.0.0.1" not in stored  # endpoints and observed address are sealed
+    for m in members:
+        m.close()
+
+
+def test_a_forged_world_or_abort_before_the_world_is_refused_and_the_real_world_taken(job_factory, capfd):
+    url, client, make = job_factory
+    job, _events = make(2)
+    first = rank(url, job, 0)
+    inbox = f"fmpi:{{{job.job}}}:inbox:0"
+    forged_record = '{"incarnation":"x","sealed":"' + "A" * 80 + '"}'
+    client.rpush(inbox, '{"kind":"world","size":2,"peers":[{"rank":0,"member":%s},{"rank":1,"member":%s}]}' % (forged_record, forged_record))
+    client.rpush(inbox, '{"kind":"abort","code":9,"reason":"forged","rank":1}')
+    client.rpush(inbox, b"\x01" + b"\0" * 80)  # shaped like an envelope, sealed with nothing
+    second = rank(url, job, 1)
+    world = first.wait_world(time.monotonic() + 5)
+    assert [p.endpoints for p in world] == [[("10.0.0.1", 5000)], [("10.0.0.1", 5001)]]
+    lines = [line for line in capfd.readouterr().err.splitlines() if "refused a message in Redis" in line]
+    assert len(lines) == 1 and lines[0].startswith("fmpi: rank 0: refused"), lines
+    for m in (first, second):
+        m.close()

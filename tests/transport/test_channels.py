@@ -120,8 +120,11 @@ def _kill_link(e, peer: int) -> None:
 
 
 @pytest.mark.parametrize("killer", [0, 1])
-def test_a_dying_link_fails_over_to_the_relay_without_loss_duplication_or_reordering(world, killer):
-    w = world(2)  # auto: a direct link over loopback first
+@pytest.mark.parametrize("flow", [{}, {"eager_limit": 2000, "unexpected_max": 50_000}], ids=["eager", "rendezvous"])
+def test_a_dying_link_fails_over_to_the_relay_without_loss_duplication_or_reordering(world, killer, flow):
+    """(`rendezvous`: most messages are announced, and RTS, CTS, CREDIT and payloads are in flight as the
+    link dies)"""
+    w = world(2, **flow)  # auto: a direct link over loopback first
     n = 600
     sizes = [[0, 10, 700, 3000, 60_000][i % 5] for i in range(n)]
     both_linked = threading.Barrier(2, timeout=10)

@@ -15,7 +15,7 @@ import pytest
 
 from fmpi.transport import waiting
 from fmpi.transport.engine import Engine
-from fmpi.transport.links.handshake import HELLO, MAGIC, VERSION, Verdict, connect_side
+from fmpi.transport.links.handshake import HELLO, MAGIC, VERSION, Verdict, initiate
 from fmpi.transport.options import TransportOptions
 from fmpi.transport.requests import TransportError
 from fmpi.wire.rank_frames import Kind, pack_header
@@ -132,7 +132,7 @@ def test_stranger_cannot_inject_and_engine_keeps_working(world):
         s.settimeout(5)
         verdict = None
         with pytest.raises(Exception, match="authentication"):
-            verdict = connect_side(s, b"wrong" * 8, 0, 1)
+            verdict = initiate(s, b"wrong" * 8, 0, 1).verdict
         assert verdict is None
     # the real rank 0 still gets through
     a.isend(1, 0, 3, _b(b"real"))
@@ -174,7 +174,7 @@ def test_malformed_frame_from_a_member_closes_only_that_link(world):
     # Rank 0 authenticates properly, then sends a frame with an impossible kind.
     s = socket.create_connection((host, port))
     s.settimeout(5)
-    assert connect_side(s, SECRET, 0, 1) is Verdict.ACCEPT
+    assert initiate(s, SECRET, 0, 1).verdict is Verdict.ACCEPT
     s.sendall(bytes([200]) + pack_header(Kind.DATA, 0, 0, 5, 0, 0, 0)[1:])
     with pytest.raises(TransportError, match="unknown frame kind"):
         b.wait(pending, timeout=10)

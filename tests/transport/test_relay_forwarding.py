@@ -17,7 +17,7 @@ from fmpi.relay_server.server import RelayThread
 from fmpi.rendezvous.relay_connection import (
     RelayConnection,
     observe,
-    probe_mapping,
+    probe_nat,
     register,
     wait_world,
 )
@@ -197,7 +197,7 @@ def test_observe_and_the_probe_port_report_the_source_address(relay):
     second.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     second.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     second.bind(("127.0.0.1", port))
-    assert probe_mapping(_url(relay), probe_port, second) == ("127.0.0.1", port)
+    assert probe_nat(_url(relay), probe_port, lambda: second) == (("127.0.0.1", port), "")
     conn.close()
 
 

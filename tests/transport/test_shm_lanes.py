@@ -136,7 +136,7 @@ def test_the_handshake_gives_both_ends_the_same_lane_stem_only_for_matching_host
 
     def acceptor() -> None:
         hello = read_hello(b, 1)
-        result["b"] = accept_side(b, SECRET, 1, hello, Verdict.ACCEPT, keys[1])
+        result["b"] = accept_side(b, SECRET, 1, hello, lambda: Verdict.ACCEPT, keys[1])
 
     t = threading.Thread(target=acceptor)
     t.start()

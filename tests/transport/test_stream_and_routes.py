@@ -9,7 +9,17 @@ import threading
 import pytest
 
 from fmpi.transport.assembler import FrameAssembler
-from fmpi.transport.links.handshake import HandshakeError, Verdict, initiate
+from fmpi.transport.links.handshake import (
+    CONFIRM,
+    HELLO,
+    MAGIC,
+    VERSION,
+    Acceptance,
+    HandshakeError,
+    Hello,
+    Verdict,
+    initiate,
+)
 from fmpi.transport.requests import SendOp, TransportError
 from fmpi.transport.routes import PeerAddress, plan_route
 from fmpi.transport.stream import Stream
@@ -185,6 +195,51 @@ def test_simultaneous_open_runs_exactly_one_handshake():
     assert results[3].role == "connector" and results[8].role == "acceptor"
     assert results[3].verdict is results[8].verdict is Verdict.ACCEPT
     assert results[8].channel == "punched"
+    a.close()
+    b.close()
+
+
+def test_in_a_simultaneous_open_the_connector_confirms_before_the_challenge_comes():
+    """The HELLOs crossed, so the lower rank holds both nonces and proves itself at once: the higher rank
+    here sends nothing after its HELLO until that CONFIRM is in (with the four-message handshake the two
+    would wait for each other until the timeout). One round trip less to a punched link."""
+    a, b = _pair()
+    secret, nonce_h = b"k" * 32, b"h" * 16
+    result = {}
+    lower = threading.Thread(target=lambda: result.update(o=initiate(a, secret, 2, 5, "punched", decide=None)))
+    lower.start()
+    b.sendall(HELLO.pack(MAGIC, VERSION, 5, 2, nonce_h, bytes(16)))
+    raw = b.recv(HELLO.size, socket.MSG_WAITALL)
+    _magic, _version, src, _dst, nonce_l, host_l = HELLO.unpack(raw)
+    acceptance = Acceptance(secret, 5, Hello(src, nonce_l, host_l), nonce_a=nonce_h)
+    assert acceptance.confirmed(b.recv(CONFIRM.size, socket.MSG_WAITALL)) == "punched"  # before any CHALLENGE
+    b.sendall(acceptance.challenge + acceptance.verdict(Verdict.ACCEPT))
+    lower.join(10)
+    assert result["o"].verdict is Verdict.ACCEPT and result["o"].role == "connector"
+    a.close()
+    b.close()
+
+
+def test_a_challenge_with_another_nonce_than_the_hello_is_refused():
+    a, b = _pair()
+    secret = b"k" * 32
+    errors = []
+
+    def lower():
+        try:
+            initiate(a, secret, 2, 5, "punched")
+        except HandshakeError as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=lower)
+    thread.start()
+    b.sendall(HELLO.pack(MAGIC, VERSION, 5, 2, b"h" * 16, bytes(16)))
+    _magic, _version, src, _dst, nonce_l, host_l = HELLO.unpack(b.recv(HELLO.size, socket.MSG_WAITALL))
+    b.recv(CONFIRM.size, socket.MSG_WAITALL)
+    other = Acceptance(secret, 5, Hello(src, nonce_l, host_l), nonce_a=b"x" * 16)  # a valid MAC, another nonce
+    b.sendall(other.challenge + other.verdict(Verdict.ACCEPT))
+    thread.join(10)
+    assert errors and "another nonce" in str(errors[0])
     a.close()
     b.close()
 

@@ -3,9 +3,8 @@
 That is what mpi4py does over an MPI library that lacks a feature, and what
 programs, libraries and mpi4py's own test suite check for ("feature absent":
 they skip it) — where a missing name would stop them at import with an
-AttributeError. Covered: one-sided communication (``Win``), MPI-IO (``File``),
-sessions, graph topologies, neighborhood and persistent collectives,
-partitioned point-to-point. Importing this module attaches the methods.
+AttributeError. Covered: MPI-IO (``File``),
+sessions, partitioned point-to-point. Importing this module attaches the methods.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ from __future__ import annotations
 from typing import Any, NoReturn
 
 from .intracomm import Intracomm
-from .topology import Cartcomm
 
 
 def _absent(feature: str) -> NoReturn:
@@ -21,7 +19,7 @@ def _absent(feature: str) -> NoReturn:
 
 
 class _Absent:
-    """A null handle of a feature fmpi lacks (WIN_NULL, FILE_NULL, SESSION_NULL): false, equal to its kind's nulls."""
+    """A null handle of a feature fmpi lacks (FILE_NULL, SESSION_NULL): false, equal to its kind's nulls."""
 
     _feature = ""
 
@@ -37,14 +35,6 @@ class _Absent:
         return f"{type(self).__name__.upper()}_NULL"
 
 
-class Win(_Absent):
-    @classmethod
-    def Create(cls, *args: Any, **kwargs: Any) -> NoReturn:
-        _absent("one-sided communication (MPI.Win)")
-
-    Allocate = Allocate_shared = Create_dynamic = Create
-
-
 class File(_Absent):
     @classmethod
     def Open(cls, *args: Any, **kwargs: Any) -> NoReturn:
@@ -57,19 +47,46 @@ class Session(_Absent):
         _absent("MPI sessions (MPI.Session)")
 
 
-WIN_NULL, FILE_NULL, SESSION_NULL = Win(), File(), Session()
+FILE_NULL, SESSION_NULL = File(), Session()
+
+# The constants of those features, with MPICH's values, so programs that name them import.
+MODE_CREATE, MODE_RDONLY, MODE_WRONLY, MODE_RDWR = 1, 2, 4, 8
+MODE_DELETE_ON_CLOSE, MODE_UNIQUE_OPEN, MODE_EXCL, MODE_APPEND, MODE_SEQUENTIAL = 16, 32, 64, 128, 256
+SEEK_SET, SEEK_CUR, SEEK_END = 600, 602, 604
+DISPLACEMENT_CURRENT = DISP_CUR = -54278278
+MAX_DATAREP_STRING = 128
+MAX_PORT_NAME = 1024
 
 
-class Topocomm(Intracomm):
-    """The class exists for isinstance checks and subclasses; fmpi makes Cartesian topologies only."""
+def _unsupported(what: str) -> NoReturn:
+    """Ports and name publishing: NotImplementedError, as mpi4py over an MPI library without them. (Not
+    an MPI.Exception: mpi4py's test_dynproc would then run its port tests, and rank 1 would wait forever
+    for the port rank 0 could not open.)"""
+    _absent(f"ports and name publishing ({what})")
 
 
-class Graphcomm(Topocomm):
-    pass
+def Open_port(info: Any = None) -> NoReturn:
+    _unsupported("Open_port")
 
 
-class Distgraphcomm(Topocomm):
-    pass
+def Close_port(port_name: str) -> NoReturn:
+    _unsupported("Close_port")
+
+
+def Publish_name(service_name: str, port_name: str, info: Any = None) -> NoReturn:
+    _unsupported("Publish_name")
+
+
+def Unpublish_name(service_name: str, port_name: str, info: Any = None) -> NoReturn:
+    _unsupported("Unpublish_name")
+
+
+def Lookup_name(service_name: str, info: Any = None) -> NoReturn:
+    _unsupported("Lookup_name")
+
+
+def Register_datarep(*args: Any, **kwargs: Any) -> NoReturn:
+    _absent("MPI-IO data representations (Register_datarep)")
 
 
 def _stub(name: str, feature: str):
@@ -80,16 +97,5 @@ def _stub(name: str, feature: str):
     return method
 
 
-_PERSISTENT = ["Barrier", "Bcast", "Gather", "Gatherv", "Scatter", "Scatterv", "Allgather", "Allgatherv", "Alltoall",
-               "Alltoallv", "Alltoallw", "Reduce", "Allreduce", "Reduce_scatter_block", "Reduce_scatter", "Scan", "Exscan",
-               "Neighbor_allgather", "Neighbor_allgatherv", "Neighbor_alltoall", "Neighbor_alltoallv", "Neighbor_alltoallw"]
-_NEIGHBOR = ["neighbor_allgather", "neighbor_alltoall", "Neighbor_allgather", "Neighbor_allgatherv", "Neighbor_alltoall",
-             "Neighbor_alltoallv", "Neighbor_alltoallw", "Ineighbor_allgather", "Ineighbor_allgatherv", "Ineighbor_alltoall",
-             "Ineighbor_alltoallv", "Ineighbor_alltoallw"]
-
-for _name in _PERSISTENT:
-    setattr(Intracomm, f"{_name}_init", _stub(f"{_name}_init", "persistent collectives"))
 for _name in ("Psend_init", "Precv_init"):
     setattr(Intracomm, _name, _stub(_name, "partitioned communication"))
-for _name in _NEIGHBOR:
-    setattr(Cartcomm, _name, _stub(_name, "neighborhood collectives"))

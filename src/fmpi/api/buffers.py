@@ -5,7 +5,9 @@ Accepted forms (as in mpi4py): ``buf``, ``[buf, datatype]``,
 ``[buf, count, displ, datatype]``, where ``buf`` is a numpy array or any
 object with the buffer protocol (bytearray, bytes for sending, mmap,
 memoryview, array.array), or None for an empty message. Counts and displacements are in elements of the
-datatype. Nothing is copied: the result is a view on the user's memory.
+datatype. Nothing is copied: the result is a view on the user's memory, unless the datatype leaves gaps
+(a vector, a subarray, ...): then a send's elements are packed into a buffer of their own, and a receive
+gets a staging buffer and the function that unpacks it (``staging``).
 """
 
 from __future__ import annotations
@@ -15,16 +17,18 @@ from typing import Any
 
 import numpy as np
 
-from . import dlpack
+from . import dlpack, staging
 from . import exceptions as err
+from .constants import BOTTOM
 from .datatypes import DATATYPES, Datatype, from_dtype, from_typechar
 
 
 @dataclass(frozen=True, slots=True)
 class Message:
-    view: memoryview  # 1-D, format 'B', exactly the bytes the message covers
+    view: memoryview  # 1-D, format 'B', exactly the bytes the message covers (packed, for gappy datatypes)
     count: int
     datatype: Datatype
+    unpack: staging.Unpack | None = None  # a receive into a staging buffer: call with the bytes that arrived
 
     @property
     def nbytes(self) -> int:
@@ -97,6 +101,15 @@ def message_view(spec: Any, writable: bool) -> memoryview:
     return message(spec, writable).view
 
 
+def receive_target(spec: Any) -> tuple[memoryview, staging.Unpack | None]:
+    """Where a receive into `spec` puts its bytes, and what must unpack them afterwards (None: nothing)."""
+    kind = type(spec)
+    if kind is np.ndarray or kind is bytearray:
+        return message_view(spec, True), None
+    msg = message(spec, True)
+    return msg.view, msg.unpack
+
+
 def message(spec: Any, writable: bool) -> Message:
     """Parse one message spec (see module docstring)."""
     datatype: Datatype | None = None
@@ -120,9 +133,16 @@ def message(spec: Any, writable: bool) -> Message:
             raise err.Exception(err.ERR_ARG, f"cannot parse message spec {spec!r}")
     else:
         buf = spec
+    if buf is BOTTOM and isinstance(datatype, Datatype) and datatype:  # absolute addresses (Get_address)
+        count = count or 0  # (BOTTOM holds nothing of its own: no count, no elements, as in mpi4py)
+        view, base = staging.at_addresses(displ * datatype._t.extent, count, datatype._t)
+        return _gappy(view, count, 0, datatype, writable, base)
     view, implied = byte_view(buf, writable)
     datatype = datatype or implied
-    size = datatype.Get_size()
+    record = datatype._t
+    if datatype and not record.contiguous:
+        return _gappy(view, count, displ, datatype, writable)
+    size = record.size
     if size == 0:
         raise err.Exception(err.ERR_TYPE, f"datatype {datatype.name} has no size")
     start = displ * size
@@ -136,3 +156,18 @@ def message(spec: Any, writable: bool) -> Message:
             err.ERR_BUFFER, f"message of {count} x {datatype.name} at displacement {displ} overruns a {len(view)}-byte buffer"
         )
     return Message(view[start:end], count, datatype)
+
+
+def _gappy(view: memoryview, count: int | None, displ: int, datatype: Datatype, writable: bool, base: int = 0) -> Message:
+    """A message of a datatype whose elements are not plain consecutive bytes (see the module docstring)."""
+    record = datatype._t
+    staging.check_usable(record)
+    base += displ * record.extent
+    if count is None:
+        count = (len(view) - base) // record.extent if record.extent > 0 else 0
+    if count < 0 or displ < 0:
+        raise err.Exception(err.ERR_COUNT, f"negative count or displacement in message spec ({count}, {displ})")
+    if writable:
+        target, unpack = staging.receive(view, base, count, record)
+        return Message(target, count, datatype, unpack)
+    return Message(staging.pack(view, base, count, record), count, datatype)

@@ -20,7 +20,6 @@ from ..collectives.channel import Channel
 from ..collectives.options import (
     AllgatherOptions,
     AllreduceOptions,
-    AlltoallOptions,
     BcastOptions,
     GatherOptions,
     Layout,
@@ -30,11 +29,11 @@ from ..collectives.options import (
     ScatterOptions,
 )
 from . import collspecs as specs
+from .collective_exchange import ExchangeCollectives, Plan, finishing
 from .op import SUM, Op
+from .persistent import PersistentCollectives
 from .repeated_calls import AllreduceMemo
 from .request import Request
-
-Plan = Callable[[Channel], None]
 
 
 def _check_same(send: specs.Simple, recv: specs.Simple, what: str = "receive count") -> None:
@@ -44,8 +43,8 @@ def _check_same(send: specs.Simple, recv: specs.Simple, what: str = "receive cou
         raise ValueError(f"mismatch in send count {send.count} and {what} {recv.count}")
 
 
-def _reduction_arrays(self, sendbuf: Any, recvbuf: Any, op: Op) -> tuple[np.ndarray, np.ndarray, Callable]:
-    """(send, recv, combine) for Allreduce/Scan/Exscan; in place: send *is* recv."""
+def _reduction_arrays(self, sendbuf: Any, recvbuf: Any, op: Op) -> tuple[np.ndarray, np.ndarray, Callable, specs.Simple]:
+    """(send, recv, combine, the receive spec) for Allreduce/Scan/Exscan; in place: send *is* recv."""
     if not isinstance(op, Op):
         raise TypeError(f"op must be an MPI.Op, not {type(op).__name__}")
     recv = specs.simple(recvbuf, True)
@@ -56,11 +55,11 @@ def _reduction_arrays(self, sendbuf: Any, recvbuf: Any, op: Op) -> tuple[np.ndar
         _check_same(send, recv)
         send_arr, recv_arr = send.array(), recv.array()
     op.check(recv.datatype.dtype, recv.datatype.name)
-    return send_arr, recv_arr, op.reducer(recv.datatype)
+    return send_arr, recv_arr, op.reducer(recv.datatype), recv
 
 
-class BufferCollectives:
-    """Mixed into ``Intracomm``; needs ``_blocking``, ``_nonblocking``, ``_root``, ``rank``, ``size``,
+class BufferCollectives(ExchangeCollectives, PersistentCollectives):
+    """Mixed into ``Intracomm`` (the alltoall family is in ``collective_exchange``); needs ``_blocking``, ``_nonblocking``, ``_root``, ``rank``, ``size``,
     and ``_allreduce_memo`` (None at first: see ``repeated_calls``)."""
 
     _allreduce_memo: AllreduceMemo | None
@@ -83,10 +82,11 @@ class BufferCollectives:
         return self._nonblocking(self._plan_bcast(buf, root))
 
     def _plan_bcast(self, buf: Any, root: int) -> Plan:
-        self._root(root)
-        data = specs.simple(buf, self.rank != root).data()
+        root = self._root(root)
+        msg = specs.simple(buf, self.rank != root)
+        data = msg.data()
         segment = table.tuning().segment
-        return lambda ch: table.run("bcast", ch, BcastOptions(data, root, segment), len(data))
+        return finishing(lambda ch: table.run("bcast", ch, BcastOptions(data, root, segment), len(data)), msg)
 
     # ---------------------------------------------------------- reduce family
     def Reduce(self, sendbuf: Any, recvbuf: Any, op: Op = SUM, root: int = 0) -> None:
@@ -96,9 +96,10 @@ class BufferCollectives:
         return self._nonblocking(self._plan_reduce(sendbuf, recvbuf, op, root))
 
     def _plan_reduce(self, sendbuf: Any, recvbuf: Any, op: Op, root: int) -> Plan:
-        self._root(root)
+        root = self._root(root)
+        spec = None
         if self.rank == root:
-            send, recv, combine = _reduction_arrays(self, sendbuf, recvbuf, op)
+            send, recv, combine, spec = _reduction_arrays(self, sendbuf, recvbuf, op)
         else:
             if not isinstance(op, Op):
                 raise TypeError(f"op must be an MPI.Op, not {type(op).__name__}")
@@ -106,14 +107,14 @@ class BufferCollectives:
             op.check(msg.datatype.dtype, msg.datatype.name)
             send, recv, combine = msg.array(), None, op.reducer(msg.datatype)
         opts = ReduceOptions(send, recv, combine, op.commute, root, table.tuning().segment)
-        return lambda ch: table.run("reduce", ch, opts, send.nbytes, op.commute)
+        return finishing(lambda ch: table.run("reduce", ch, opts, send.nbytes, op.commute), spec)
 
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> None:
         memo = self._allreduce_memo
         if memo is None or not memo.fits(sendbuf, recvbuf, op):
-            opts = self._allreduce_options(sendbuf, recvbuf, op)
+            opts, spec = self._allreduce_options(sendbuf, recvbuf, op)
             if not AllreduceMemo.worth_it(sendbuf, recvbuf, opts):
-                self._blocking(lambda ch: table.run("allreduce", ch, opts, opts.recv.nbytes, opts.commute))
+                self._blocking(finishing(lambda ch: table.run("allreduce", ch, opts, opts.recv.nbytes, opts.commute), spec))
                 return
             memo = self._allreduce_memo = AllreduceMemo(sendbuf, recvbuf, op, opts)
         self._blocking(memo.run)
@@ -122,12 +123,12 @@ class BufferCollectives:
         return self._nonblocking(self._plan_allreduce(sendbuf, recvbuf, op))
 
     def _plan_allreduce(self, sendbuf: Any, recvbuf: Any, op: Op) -> Plan:
-        opts = self._allreduce_options(sendbuf, recvbuf, op)
-        return lambda ch: table.run("allreduce", ch, opts, opts.recv.nbytes, opts.commute)
+        opts, spec = self._allreduce_options(sendbuf, recvbuf, op)
+        return finishing(lambda ch: table.run("allreduce", ch, opts, opts.recv.nbytes, opts.commute), spec)
 
-    def _allreduce_options(self, sendbuf: Any, recvbuf: Any, op: Op) -> AllreduceOptions:
-        send, recv, combine = _reduction_arrays(self, sendbuf, recvbuf, op)
-        return AllreduceOptions(send, recv, combine, op.commute, table.tuning().segment, server_side.server_op(op))
+    def _allreduce_options(self, sendbuf: Any, recvbuf: Any, op: Op) -> tuple[AllreduceOptions, specs.Simple]:
+        send, recv, combine, spec = _reduction_arrays(self, sendbuf, recvbuf, op)
+        return AllreduceOptions(send, recv, combine, op.commute, table.tuning().segment, server_side.server_op(op)), spec
 
     def Scan(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> None:
         self._blocking(self._plan_scan(sendbuf, recvbuf, op, False))
@@ -142,9 +143,9 @@ class BufferCollectives:
         return self._nonblocking(self._plan_scan(sendbuf, recvbuf, op, True))
 
     def _plan_scan(self, sendbuf: Any, recvbuf: Any, op: Op, exclusive: bool) -> Plan:
-        send, recv, combine = _reduction_arrays(self, sendbuf, recvbuf, op)
+        send, recv, combine, spec = _reduction_arrays(self, sendbuf, recvbuf, op)
         opts = ScanOptions(send, recv, combine, exclusive)
-        return lambda ch: table.run("scan", ch, opts, recv.nbytes, op.commute)
+        return finishing(lambda ch: table.run("scan", ch, opts, recv.nbytes, op.commute), spec)
 
     def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> None:
         self._blocking(self._plan_reduce_scatter_block(sendbuf, recvbuf, op))
@@ -172,7 +173,7 @@ class BufferCollectives:
         opts = ReduceScatterOptions(
             send_arr, recv_arr, [recv.count] * size, op.reducer(recv.datatype), op.commute, table.tuning().segment, scratch
         )
-        return lambda ch: table.run("reduce_scatter", ch, opts, send_arr.nbytes, op.commute)
+        return finishing(lambda ch: table.run("reduce_scatter", ch, opts, send_arr.nbytes, op.commute), recv)
 
     def Reduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Op = SUM) -> None:
         self._blocking(self._plan_reduce_scatter(sendbuf, recvbuf, recvcounts, op))
@@ -229,7 +230,7 @@ class BufferCollectives:
             opts = ReduceScatterOptions(send_arr, recv_arr, counts, combine, op.commute, segment, in_place)
             table.run("reduce_scatter", ch, opts, send_arr.nbytes, op.commute)
 
-        return run
+        return finishing(run, recv)
 
     # ---------------------------------------------------------- gather family
     def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
@@ -245,14 +246,15 @@ class BufferCollectives:
         return self._nonblocking(self._plan_gather(sendbuf, recvbuf, root, True))
 
     def _plan_gather(self, sendbuf: Any, recvbuf: Any, root: int, v: bool) -> Plan:
-        self._root(root)
+        root = self._root(root)
         size = self.size
+        spec = None
         if self.rank == root:
             if v:
-                rv = specs.vector(recvbuf, True, size)
+                spec = rv = specs.vector(recvbuf, True, size)
                 recv, layout, block = rv.view, rv.layout, -1
             else:
-                rb = specs.simple(recvbuf, True, size)
+                spec = rb = specs.simple(recvbuf, True, size)
                 recv, block = rb.data(size), rb.nbytes
                 layout = Layout.even(size, block)
             send = None if specs.in_place(sendbuf) else specs.simple(sendbuf, False).data()
@@ -263,7 +265,7 @@ class BufferCollectives:
             recv, layout, block = None, None, (-1 if v else len(send))
         opts = GatherOptions(send, recv, layout, block, root)
         total = block * size if block >= 0 else -1
-        return lambda ch: table.run("gather", ch, opts, total, equal_blocks=not v)
+        return finishing(lambda ch: table.run("gather", ch, opts, total, equal_blocks=not v), spec)
 
     def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         self._blocking(self._plan_scatter(sendbuf, recvbuf, root, False))
@@ -278,7 +280,7 @@ class BufferCollectives:
         return self._nonblocking(self._plan_scatter(sendbuf, recvbuf, root, True))
 
     def _plan_scatter(self, sendbuf: Any, recvbuf: Any, root: int, v: bool) -> Plan:
-        self._root(root)
+        root = self._root(root)
         size = self.size
         if self.rank == root:
             if v:
@@ -288,15 +290,17 @@ class BufferCollectives:
                 sb = specs.simple(sendbuf, False, size)
                 send, block = sb.data(size), sb.nbytes
                 layout = Layout.even(size, block)
-            recv = None if specs.in_place(recvbuf) else specs.simple(recvbuf, True).data()
+            spec = None if specs.in_place(recvbuf) else specs.simple(recvbuf, True)
+            recv = None if spec is None else spec.data()
             if recv is not None and len(recv) != layout.lengths[root]:
                 raise ValueError(f"mismatch in send size {layout.lengths[root]} and receive size {len(recv)} (bytes)")
         else:
-            recv = specs.simple(recvbuf, True).data()
+            spec = specs.simple(recvbuf, True)
+            recv = spec.data()
             send, layout, block = None, None, (-1 if v else len(recv))
         opts = ScatterOptions(send, layout, recv, block, root)
         total = block * size if block >= 0 else -1
-        return lambda ch: table.run("scatter", ch, opts, total, equal_blocks=not v)
+        return finishing(lambda ch: table.run("scatter", ch, opts, total, equal_blocks=not v), spec)
 
     def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:
         self._blocking(self._plan_allgather(sendbuf, recvbuf, False))
@@ -313,10 +317,10 @@ class BufferCollectives:
     def _plan_allgather(self, sendbuf: Any, recvbuf: Any, v: bool) -> Plan:
         size, rank = self.size, self.rank
         if v:
-            rv = specs.vector(recvbuf, True, size)
+            spec = rv = specs.vector(recvbuf, True, size)
             buf, layout = rv.view, rv.layout
         else:
-            rb = specs.simple(recvbuf, True, size)
+            spec = rb = specs.simple(recvbuf, True, size)
             buf, layout = rb.data(size), Layout.even(size, rb.nbytes)
         send = None
         if not specs.in_place(sendbuf):
@@ -331,43 +335,4 @@ class BufferCollectives:
                 layout.view(buf, rank)[:] = send
             table.run("allgather", ch, opts, total)
 
-        return run
-
-    # -------------------------------------------------------------- alltoall
-    def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None:
-        self._blocking(self._plan_alltoall(sendbuf, recvbuf, False))
-
-    def Ialltoall(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._nonblocking(self._plan_alltoall(sendbuf, recvbuf, False))
-
-    def Alltoallv(self, sendbuf: Any, recvbuf: Any) -> None:
-        self._blocking(self._plan_alltoall(sendbuf, recvbuf, True))
-
-    def Ialltoallv(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._nonblocking(self._plan_alltoall(sendbuf, recvbuf, True))
-
-    def _plan_alltoall(self, sendbuf: Any, recvbuf: Any, v: bool) -> Plan:
-        size = self.size
-        if v:
-            rv = specs.vector(recvbuf, True, size)
-            recv, rlayout = rv.view, rv.layout
-        else:
-            rb = specs.simple(recvbuf, True, size)
-            recv, rlayout = rb.data(size), Layout.even(size, rb.nbytes)
-        in_place = specs.in_place(sendbuf)
-        if in_place:
-            send, slayout = None, rlayout  # a copy of the receive buffer, taken when the call runs
-        elif v:
-            sv = specs.vector(sendbuf, False, size)
-            send, slayout = sv.view, sv.layout
-        else:
-            sb = specs.simple(sendbuf, False, size)
-            send, slayout = sb.data(size), Layout.even(size, sb.nbytes)
-        window = table.alltoall_window(max(max(rlayout.lengths, default=0), max(slayout.lengths, default=0)), size)
-
-        def run(ch: Channel) -> None:
-            source = memoryview(bytearray(recv)) if in_place else send
-            opts = AlltoallOptions(source, slayout, recv, rlayout, window)
-            table.run("alltoall", ch, opts, sum(rlayout.lengths))
-
-        return run
+        return finishing(run, spec)

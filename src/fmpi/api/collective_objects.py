@@ -13,8 +13,9 @@ callable, applied as ``op(lower ranks' value, higher ranks' value)``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from ..collectives import (
     allgather_recursive_doubling,
@@ -27,7 +28,23 @@ from ..collectives import (
     scatter_binomial,
 )
 from ..wire import pickle_oob as serialize
+from .mpi4py_internals import _comm_lock
 from .op import SUM, Op, as_object_fn
+
+
+T = TypeVar("T")
+
+
+def _locked(fn: Callable[..., T]) -> Callable[..., T]:
+    """Hold the communicator's lock named after the call while it runs, as mpi4py does for the
+    object collectives it may build from several messages (threads calling them do not interleave)."""
+
+    @functools.wraps(fn)
+    def call(self: Any, *args: Any, **kwargs: Any) -> T:
+        with _comm_lock(self, fn.__name__):
+            return fn(self, *args, **kwargs)
+
+    return call
 
 
 def _copy(obj: Any) -> Any:
@@ -50,14 +67,15 @@ class ObjectCollectives:
     def barrier(self) -> None:
         self.Barrier()
 
+    @_locked
     def bcast(self, obj: Any = None, root: int = 0) -> Any:
-        self._root(root)
+        root = self._root(root)
         parts = serialize.dumps(obj) if self.rank == root else None
         payload = self._collective(lambda ch: bcast_binomial.bcast_unsized(ch, parts, root))
         return serialize.loads(payload)
 
     def reduce(self, sendobj: Any, op: Op | Any = SUM, root: int = 0) -> Any:
-        self._root(root)
+        root = self._root(root)
         fn = as_object_fn(op)
         if self.size == 1:
             return _copy(sendobj)
@@ -81,22 +99,26 @@ class ObjectCollectives:
             return None
         return self._collective(lambda ch: scan_recursive_doubling.scan_objects(ch, sendobj, fn, True))
 
+    @_locked
     def gather(self, sendobj: Any, root: int = 0) -> list[Any] | None:
-        self._root(root)
+        root = self._root(root)
         blob = serialize.dumps(sendobj)
         views = self._collective(lambda ch: gather_binomial.gather_objects(ch, blob, root))
         return None if views is None else [serialize.loads(v) for v in views]
 
+    @_locked
     def scatter(self, sendobj: Sequence[Any] | None, root: int = 0) -> Any:
-        self._root(root)
+        root = self._root(root)
         blobs = [serialize.dumps(x) for x in _items(sendobj, self.size)] if self.rank == root else None
         return serialize.loads(self._collective(lambda ch: scatter_binomial.scatter_objects(ch, blobs, root)))
 
+    @_locked
     def allgather(self, sendobj: Any) -> list[Any]:
         blob = serialize.dumps(sendobj)
         views = self._collective(lambda ch: allgather_recursive_doubling.allgather_objects(ch, blob))
         return [serialize.loads(v) for v in views]
 
+    @_locked
     def alltoall(self, sendobj: Sequence[Any]) -> list[Any]:
         blobs = [serialize.dumps(x) for x in _items(sendobj, self.size)]
         views = self._collective(lambda ch: alltoall_pairwise.alltoall_objects(ch, blobs))

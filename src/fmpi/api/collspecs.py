@@ -15,7 +15,11 @@ Three shapes, after mpi4py's ``msgbuffer.pxi``:
 
 ``None`` or ``MPI.IN_PLACE`` as a send buffer means "in place", as in mpi4py.
 Counts and displacements are in elements; results are byte views on the
-caller's memory (nothing is copied).
+caller's memory (nothing is copied), unless the datatype leaves gaps: then a
+spec's bytes are packed into a staging buffer (sending) or received into one
+that ``finish`` unpacks (see ``staging``). Alltoallw's *w* spec is parsed
+here too: ``[buf, counts, displs, datatypes]`` or ``[buf, (counts, displs),
+datatypes]``, displacements in bytes.
 """
 
 from __future__ import annotations
@@ -28,8 +32,9 @@ import numpy as np
 
 from ..collectives.options import Layout
 from . import exceptions as err
+from . import staging
 from .buffers import byte_view
-from .constants import IN_PLACE
+from .constants import BOTTOM, IN_PLACE
 from .datatypes import Datatype, from_dtype, from_typechar
 
 
@@ -43,6 +48,10 @@ class Simple:
     count: int  # elements (per block for block specs)
     datatype: Datatype
     flat: np.ndarray | None = None  # the caller's array itself (flattened view), when it was one
+    # A datatype with gaps: (the whole buffer, the byte where the message starts, writable); the
+    # staging buffer of the last ``data`` call, and what unpacks it (``finish``).
+    gappy: tuple[memoryview, int, bool] | None = None
+    unpack: staging.Unpack | None = None
 
     @property
     def itemsize(self) -> int:
@@ -54,6 +63,8 @@ class Simple:
 
     def data(self, blocks: int = 1) -> memoryview:
         """The bytes of `blocks` consecutive blocks of `count` elements (bounds-checked)."""
+        if self.gappy is not None:
+            return self._staged(blocks)
         n = self.nbytes * blocks
         if n > len(self.view):
             raise ValueError(f"message: {blocks} x {self.count} x {self.datatype.name} overruns a {len(self.view)}-byte buffer")
@@ -65,16 +76,45 @@ class Simple:
             return self.flat
         dtype = self.datatype.dtype
         if dtype is None:
-            raise err.Exception(err.ERR_TYPE, f"{self.datatype.name} has no element type")
+            raise err.Exception(err.ERR_TYPE, f"{self.datatype.name or 'this datatype'} has no single element type")
         return np.frombuffer(self.data(blocks), dtype=dtype)
+
+    @property
+    def stages_receive(self) -> bool:
+        """Received bytes land in a staging buffer that ``finish`` unpacks."""
+        return self.gappy is not None and self.gappy[2]
+
+    def _staged(self, blocks: int) -> memoryview:
+        whole, base, writable = self.gappy
+        record = self.datatype._t
+        if not writable:
+            return staging.pack(whole, base, self.count * blocks, record)
+        target, self.unpack = staging.receive(whole, base, self.count * blocks, record, fill=True)
+        return target
+
+    def finish(self) -> None:
+        """After the call: the received bytes to their places (datatypes with gaps only)."""
+        if self.unpack is not None:
+            self.unpack(staging.EVERYTHING)
 
 
 @dataclass(slots=True)
 class Vector:
-    view: memoryview  # the whole buffer
+    view: memoryview  # the whole buffer (a staging buffer for datatypes with gaps)
     layout: Layout  # in bytes
     counts: list[int]
-    datatype: Datatype
+    datatype: Datatype | None  # (None: a w spec, one datatype per block)
+    stage: staging.Blocks | None = None
+
+    @property
+    def stages_receive(self) -> bool:
+        """Received bytes land in a staging buffer that ``finish`` unpacks."""
+        return self.stage is not None and self.stage.staged and self.stage.writable
+
+    def finish(self) -> None:
+        """After the call: the received bytes to their places (datatypes with gaps only)."""
+        if self.stage is not None:
+            self.stage.finish()
 
 
 def _is_datatype(obj: Any) -> bool:
@@ -129,6 +169,8 @@ def simple(spec: Any, writable: bool, blocks: int = 0) -> Simple:
         else:
             raise ValueError("message: expecting 2 to 4 items")
     view, datatype = _buffer(o_buf, writable, o_type)
+    if datatype and not datatype._t.contiguous:
+        return _gappy(view, datatype, o_count, o_displ, writable, blocks)
     extent = datatype.Get_size()
     offset = 0
     if o_displ:
@@ -159,6 +201,26 @@ def simple(spec: Any, writable: bool, blocks: int = 0) -> Simple:
     return Simple(view, count, datatype)
 
 
+def _gappy(view: memoryview, datatype: Datatype, count: Any, displ: Any, writable: bool, blocks: int) -> Simple:
+    record = datatype._t
+    staging.check_usable(record)
+    extent = record.extent
+    base = int(displ or 0) * extent
+    if base < 0:
+        raise ValueError(f"message: negative diplacement {displ}")
+    if count is None:
+        count = (len(view) - base) // extent if extent > 0 else 0
+        if blocks >= 2:
+            if count % blocks:
+                raise ValueError(
+                    f"message: cannot infer count, number of entries {count} is not a multiple of required number of blocks {blocks}"
+                )
+            count //= blocks
+    if int(count) < 0:
+        raise ValueError(f"message: negative count {count}")
+    return Simple(view, int(count), datatype, None, (view, base, writable))
+
+
 def vector(spec: Any, writable: bool, blocks: int) -> Vector:
     """Parse a vector spec for `blocks` ranks."""
     o_buf, o_counts, o_displs, o_type = spec, None, None, None
@@ -179,7 +241,7 @@ def vector(spec: Any, writable: bool, blocks: int) -> Vector:
         else:
             raise ValueError("message: expecting 2 to 4 items")
     view, datatype = _buffer(o_buf, writable, o_type)
-    extent = datatype.Get_size()
+    extent = datatype._t.extent
     if o_counts is None:
         total = 0
         if len(view):
@@ -202,11 +264,36 @@ def vector(spec: Any, writable: bool, blocks: int) -> Vector:
         displs = _array(o_displs, blocks, "displs")
     if any(c < 0 for c in counts) or any(d < 0 for d in displs):
         raise ValueError("message: negative count or displacement")
+    if datatype and not datatype._t.contiguous:
+        stage = staging.Blocks(view, [(d * extent, c, datatype._t) for c, d in zip(counts, displs)], writable)
+        return Vector(stage.buffer, stage.layout, counts, datatype, stage)
     layout = Layout([d * extent for d in displs], [c * extent for c in counts])
     end = max((o + n for o, n in zip(layout.offsets, layout.lengths) if n), default=0)
     if end > len(view):
         raise ValueError(f"message: counts and displacements reach byte {end} of a {len(view)}-byte buffer")
     return Vector(view, layout, counts, datatype)
+
+
+def wvector(spec: Any, writable: bool, blocks: int) -> Vector:
+    """Parse a w spec (Alltoallw, Neighbor_alltoallw) for `blocks` ranks: displacements in bytes."""
+    if not isinstance(spec, (list, tuple)) or not 2 <= len(spec) <= 4:
+        raise ValueError("message: expecting 2 to 4 items")
+    if len(spec) == 2:
+        o_buf, o_types = spec
+        counts, displs = [1] * blocks, [0] * blocks
+    else:
+        o_buf, o_counts, o_displs, o_types = (spec[0], *spec[1], spec[2]) if len(spec) == 3 else spec
+        counts, displs = _array(o_counts, blocks, "counts"), _array(o_displs, blocks, "displs")
+    types = [o_types] * blocks if isinstance(o_types, Datatype) else [_datatype(t) for t in o_types]
+    if len(types) != blocks:
+        raise ValueError(f"message: expecting {blocks} datatypes, got {len(types)}")
+    if any(not t for t in types):
+        raise err.Exception(err.ERR_TYPE, "invalid datatype: MPI.DATATYPE_NULL")
+    if any(c < 0 for c in counts) or any(d < 0 for d in displs):
+        raise ValueError("message: negative count or displacement")
+    view = None if o_buf is BOTTOM else byte_view(o_buf, writable)[0]
+    stage = staging.Blocks(view, [(d, c, t._t) for c, d, t in zip(counts, displs, types)], writable)
+    return Vector(stage.buffer, stage.layout, counts, None, stage)
 
 
 def _array(values: Sequence[int], blocks: int, what: str) -> list[int]:

@@ -3,10 +3,8 @@
 A communicator is a group (its ranks' world ranks) plus two transport
 contexts: one for point-to-point traffic and one for collectives, so the two
 can never match each other's messages. The transport speaks world ranks; the
-communicator translates in both directions.
-
-Collective operations live in ``collective_api`` (mixed into ``Intracomm``);
-their algorithms in ``fmpi.collectives``.
+communicator translates in both directions. Collective operations are
+``Intracomm``'s and ``Intercomm``'s; their algorithms are in ``fmpi.collectives``.
 """
 
 from __future__ import annotations
@@ -19,45 +17,40 @@ from ..transport.engine import Engine
 from ..transport.requests import Op, RecvOp, TransportError
 from ..wire import pickle_oob as serialize
 from . import exceptions as err
-from .buffers import message, message_view
+from .buffers import message, message_view, receive_target
 from .comm_handle import CommHandle
+from .arguments import c_int
 from .constants import ANY_SOURCE, ANY_TAG, IDENT, PROC_NULL, TAG_UB, UNEQUAL
+from .errhandler import ERRORS_ABORT, ERRORS_ARE_FATAL, ERRORS_RETURN, PREDEFINED, Errhandler
+from .group import Group
+from .keyvals import CommAttributes
 from .message import Message, mprobe
+from .object_p2p import ObjectP2P
 from .persistent import PersistentP2P
 from .request import Request, raise_mpi
+from .sendrecv import NonblockingSendrecv
 from .status import Status
 
 
-class Errhandler:
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __repr__(self) -> str:
-        return f"<fmpi.MPI.Errhandler {self.name}>"
-
-    def Free(self) -> None:
-        pass
-
-
-ERRORS_ARE_FATAL = Errhandler("ERRORS_ARE_FATAL")
-ERRORS_RETURN = Errhandler("ERRORS_RETURN")
-ERRORS_ABORT = Errhandler("ERRORS_ABORT")
-ERRHANDLER_NULL = Errhandler("ERRHANDLER_NULL")
-
-
-class Comm(PersistentP2P, CommHandle):
+class Comm(ObjectP2P, PersistentP2P, NonblockingSendrecv, CommAttributes, CommHandle):
     def __new__(cls, comm: Comm | None = None, *args: Any, **kwargs: Any) -> Self:
         """``MPI.Intracomm(comm)`` (and subclasses such as mpi4py.util.pkl5's): another Python
         handle on the same communicator. It shares the instance dict, so both see one state
         (the collective call counter above all), as two mpi4py handles share one MPI_Comm."""
+        if comm is not None and not isinstance(comm, (Comm, Engine)):
+            raise TypeError(f"expecting a communicator, not {type(comm).__name__}")
         obj = super().__new__(cls)
         if isinstance(comm, Comm):
+            if cls._inter is not None and comm._inter is not None and cls._inter != comm._inter:
+                kinds = ("an intracommunicator", "an intercommunicator")
+                raise TypeError(f"{cls.__name__} cannot be a handle on {kinds[comm._inter]}")
             obj.__dict__ = comm.__dict__
         return obj
 
-    def __init__(self, engine: Engine | Comm | None, group: tuple[int, ...] = (), context: int = 0, name: str = "") -> None:
+    #: True for intercommunicators, False for intracommunicators, None for the base class.
+    _inter: bool | None = None
+
+    def __init__(self, engine: Engine | Comm | None = None, group: tuple[int, ...] = (), context: int = 0, name: str = "") -> None:
         if isinstance(engine, Comm):
             return  # a handle on an existing communicator: __new__ did it all
         self._engine = engine
@@ -77,14 +70,24 @@ class Comm(PersistentP2P, CommHandle):
 
     # -------------------------------------------------------------- identity
     def Get_rank(self) -> int:
+        self._live()
         return self._rank
 
     def Get_size(self) -> int:
+        self._live()
         return len(self._group)
 
     @property
     def rank(self) -> int:
         return self._rank
+
+    def Get_group(self) -> Group:
+        self._live()
+        return Group(self._group, self._engine.rank)
+
+    @property
+    def group(self) -> Group:
+        return self.Get_group()
 
     @property
     def size(self) -> int:
@@ -99,9 +102,11 @@ class Comm(PersistentP2P, CommHandle):
     name = property(Get_name, Set_name)
 
     def Is_inter(self) -> bool:
+        self._live()
         return False
 
     def Is_intra(self) -> bool:
+        self._live()
         return True
 
     @property
@@ -113,22 +118,19 @@ class Comm(PersistentP2P, CommHandle):
         return True
 
     def Get_errhandler(self) -> Errhandler:
-        return self._errhandler
+        self._live()
+        return Errhandler(self._errhandler)  # a new handle, as in mpi4py
 
     def Set_errhandler(self, errhandler: Errhandler) -> None:
-        self._errhandler = errhandler
-
-    def Get_attr(self, keyval: int) -> int | None:
-        """The predefined attributes (TAG_UB, APPNUM, UNIVERSE_SIZE, ...); None for any other keyval,
-        as for an attribute that is not set (fmpi has no user attribute caching)."""
-        from . import constants as c
-        from .exceptions import ERR_LASTCODE
-
-        values = {TAG_UB: TAG_UB, c.APPNUM: 0, c.UNIVERSE_SIZE: self._engine.size if self._engine else 1,
-                  c.WTIME_IS_GLOBAL: 0, c.IO: ANY_SOURCE, c.LASTUSEDCODE: ERR_LASTCODE}
-        return values.get(keyval)
+        self._live()
+        if not isinstance(errhandler, Errhandler) or not errhandler:
+            self._fail(err.ERR_ERRHANDLER, f"invalid error handler {errhandler!r}")
+        self._errhandler = PREDEFINED[errhandler.name]  # the predefined object: _fail compares identities
 
     def Compare(self, other: Comm) -> int:
+        self._live()
+        if other is None or isinstance(other, Comm):
+            (other if other is not None else COMM_NULL)._live()
         if other is self:
             return IDENT
         from .constants import CONGRUENT, SIMILAR
@@ -139,17 +141,40 @@ class Comm(PersistentP2P, CommHandle):
             return SIMILAR
         return UNEQUAL
 
+    def Disconnect(self) -> None:
+        """Wait for the communicator's traffic to be delivered (a barrier), then free it; the handle becomes
+        COMM_NULL (intercommunicators: ``Intercomm.Disconnect``)."""
+        self._live()
+        self.Barrier()
+        self.Free()
+
+    @classmethod
+    def Get_parent(cls) -> Comm:
+        """The intercommunicator with the processes that spawned this one; a null one (== COMM_NULL) if none did."""
+        from .spawn import get_parent
+
+        return get_parent()
+
     def Abort(self, errorcode: int = 0) -> None:
         from . import runtime
 
         runtime.abort(errorcode, f"MPI_Abort({errorcode}) called on {self._name or 'a communicator'}")
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Comm) and other._ctx == self._ctx and other._group == self._group
+        # Null handles (COMM_NULL, MPI.Intercomm(), a freed communicator; None, which fmpi returns where
+        # MPI gives COMM_NULL) are all equal; live ones are equal when they are the same communicator.
+        if other is None or (isinstance(other, Comm) and other._engine is None):
+            return self._engine is None
+        return isinstance(other, Comm) and self._engine is not None and other._ctx == self._ctx and other._group == self._group
+
+    def __bool__(self) -> bool:
+        return self._engine is not None
 
     __hash__ = object.__hash__
 
     def __repr__(self) -> str:
+        if self._engine is None:
+            return f"<fmpi.MPI.{type(self).__name__} COMM_NULL>"
         return f"<fmpi.MPI.{type(self).__name__} {self._name or hex(self._ctx)} rank {self._rank} of {self.size}>"
 
     # ------------------------------------------------------------ validation
@@ -168,6 +193,8 @@ class Comm(PersistentP2P, CommHandle):
         self._fail(err.from_class_name(exc.error_class), str(exc), exc.cause)
 
     def _dest(self, rank: int) -> int:
+        if type(rank) is not int:
+            rank = c_int(rank)
         if not 0 <= rank < len(self._group):
             self._fail(err.ERR_RANK, f"invalid rank {rank} for a communicator of size {len(self._group)}")
         return self._group[rank]
@@ -178,11 +205,15 @@ class Comm(PersistentP2P, CommHandle):
         return self._dest(rank)
 
     def _send_tag(self, tag: int) -> int:
+        if type(tag) is not int:
+            tag = c_int(tag)
         if not 0 <= tag <= TAG_UB:
             self._fail(err.ERR_TAG, f"invalid send tag {tag} (must be 0..{TAG_UB})")
         return tag
 
     def _recv_tag(self, tag: int) -> int:
+        if type(tag) is not int:
+            tag = c_int(tag)
         if tag != ANY_TAG and not 0 <= tag <= TAG_UB:
             self._fail(err.ERR_TAG, f"invalid receive tag {tag} (must be ANY_TAG or 0..{TAG_UB})")
         return tag
@@ -200,7 +231,8 @@ class Comm(PersistentP2P, CommHandle):
         except TransportError as exc:
             self._transport_failed(exc)
 
-    def _start_recv(self, buffer: memoryview | None, source: int, tag: int, unpickle: bool) -> Request:
+    def _start_recv(self, buffer: memoryview | None, source: int, tag: int, unpickle: bool, unpack=None) -> Request:
+        """(`unpack`: a staging buffer's, for datatypes with gaps: called with the bytes that arrived.)"""
         if source == PROC_NULL:
             return Request.completed()
         world, tag = self._source(source), self._recv_tag(tag)
@@ -216,6 +248,8 @@ class Comm(PersistentP2P, CommHandle):
                 return None, ANY_SOURCE, ANY_TAG, 0
             if unpickle:
                 value = serialize.loads(op.payload)
+            elif unpack is not None:
+                unpack(op.nbytes)
             return value, self._comm_rank(op.status_source), op.status_tag, op.nbytes
 
         return Request(self._engine, op, finish)
@@ -256,52 +290,6 @@ class Comm(PersistentP2P, CommHandle):
         except err.Exception as exc:
             self._fail(exc.Get_error_class(), str(exc), exc._cause)
 
-    # ================================================= lowercase (pickle) p2p
-    def send(self, obj: Any, dest: int, tag: int = 0) -> None:
-        self._send_now(serialize.dumps(obj), dest, tag, False)
-
-    def bsend(self, obj: Any, dest: int, tag: int = 0) -> None:
-        self.send(obj, dest, tag)
-
-    def ssend(self, obj: Any, dest: int, tag: int = 0) -> None:
-        self._send_now(serialize.dumps(obj), dest, tag, True)
-
-    def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:
-        return self._start_send(serialize.dumps(obj), dest, tag, False)
-
-    ibsend = isend
-
-    def issend(self, obj: Any, dest: int, tag: int = 0) -> Request:
-        return self._start_send(serialize.dumps(obj), dest, tag, True)
-
-    def recv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> Any:
-        return self._recv_now(None, source, tag, True, status)
-
-    def irecv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
-        return self._start_recv(None, source, tag, True)
-
-    def sendrecv(
-        self,
-        sendobj: Any,
-        dest: int,
-        sendtag: int = 0,
-        recvbuf: Any = None,
-        source: int = ANY_SOURCE,
-        recvtag: int = ANY_TAG,
-        status: Status | None = None,
-    ) -> Any:
-        recv = self._start_recv(None, source, recvtag, True)
-        send = self._start_send(serialize.dumps(sendobj), dest, sendtag, False)
-        value = self._complete(recv, status)
-        self._complete(send, None)
-        return value
-
-    def probe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> bool:
-        return self.Probe(source, tag, status)
-
-    def iprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> bool:
-        return self.Iprobe(source, tag, status)
-
     # ================================================= uppercase (buffer) p2p
     def Send(self, buf: Any, dest: int, tag: int = 0) -> None:
         self._send_now([message_view(buf, False)], dest, tag, False)
@@ -320,10 +308,15 @@ class Comm(PersistentP2P, CommHandle):
         return self._start_send([message(buf, False).view], dest, tag, True)
 
     def Recv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> None:
-        self._recv_now(message_view(buf, True), source, tag, False, status)
+        view, unpack = receive_target(buf)
+        if unpack is None:
+            self._recv_now(view, source, tag, False, status)
+        else:
+            self._complete(self._start_recv(view, source, tag, False, unpack), status)
 
     def Irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
-        return self._start_recv(message_view(buf, True), source, tag, False)
+        view, unpack = receive_target(buf)
+        return self._start_recv(view, source, tag, False, unpack)
 
     def Sendrecv(
         self,
@@ -336,8 +329,8 @@ class Comm(PersistentP2P, CommHandle):
         status: Status | None = None,
     ) -> None:
         # Both specs first: a bad send buffer must not leave a receive posted behind it.
-        recv_view, send_view = message(recvbuf, True).view, message(sendbuf, False).view
-        recv = self._start_recv(recv_view, source, recvtag, False)
+        (recv_view, unpack), send_view = receive_target(recvbuf), message(sendbuf, False).view
+        recv = self._start_recv(recv_view, source, recvtag, False, unpack)
         send = self._start_send([send_view], dest, sendtag, False)
         self._complete(recv, status)
         self._complete(send, None)
@@ -351,22 +344,31 @@ class Comm(PersistentP2P, CommHandle):
         recvtag: int = ANY_TAG,
         status: Status | None = None,
     ) -> None:
-        view = message(buf, True).view
-        outgoing = memoryview(bytes(view))  # the receive overwrites the buffer being sent
-        recv = self._start_recv(view, source, recvtag, False)
+        outgoing = memoryview(bytes(message(buf, False).view))  # the receive overwrites the buffer being sent
+        view, unpack = receive_target(buf)
+        recv = self._start_recv(view, source, recvtag, False, unpack)
         send = self._start_send([outgoing], dest, sendtag, False)
         self._complete(recv, status)
         self._complete(send, None)
 
     def Probe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> bool:
+        return self._probe(source, tag, status, blocking=True)
+
+    def Iprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> bool:
+        return self._probe(source, tag, status, blocking=False)
+
+    def _probe(self, source: int, tag: int, status: Status | None, blocking: bool) -> bool:
         if source == PROC_NULL:
             if status is not None:
                 status._set(PROC_NULL, ANY_TAG, 0)
             return True
+        probe = self._engine.probe if blocking else self._engine.iprobe
         try:
-            found = self._engine.probe(self._source(source), self._ctx, self._recv_tag(tag))
+            found = probe(self._source(source), self._ctx, self._recv_tag(tag))
         except TransportError as exc:
             raise_mpi(exc)
+        if found is None:
+            return False
         if status is not None:
             status._set(self._comm_rank(found[0]), found[1], found[2])
         return True
@@ -380,17 +382,7 @@ class Comm(PersistentP2P, CommHandle):
     mprobe = Mprobe
     improbe = Improbe
 
-    def Iprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> bool:
-        if source == PROC_NULL:
-            if status is not None:
-                status._set(PROC_NULL, ANY_TAG, 0)
-            return True
-        try:
-            found = self._engine.iprobe(self._source(source), self._ctx, self._recv_tag(tag))
-        except TransportError as exc:
-            raise_mpi(exc)
-        if found is None:
-            return False
-        if status is not None:
-            status._set(self._comm_rank(found[0]), found[1], found[2])
-        return True
+
+#: The null communicator handle: false, equal to every null handle (``MPI.Comm()``, a freed
+#: communicator, None), and an ERR_COMM for anything asked of it, as in mpi4py.
+COMM_NULL = Comm(None, (), 0, "MPI_COMM_NULL")

@@ -7,11 +7,14 @@ ROOT = -3
 UNDEFINED = -32766
 TAG_UB = 2**29 - 1  # same bound MPICH reports; tags above it are rejected
 MAX_PROCESSOR_NAME = 128
+MAX_ERROR_STRING, MAX_OBJECT_NAME, MAX_LIBRARY_VERSION_STRING = 512, 128, 8192
+MAX_PSET_NAME_LEN = MAX_STRINGTAG_LEN = 256
+F_SOURCE, F_TAG, F_ERROR, F_STATUS_SIZE = 2, 3, 4, 5  # where a Fortran status keeps its fields (MPICH)
 
 IDENT, CONGRUENT, SIMILAR, UNEQUAL = 0, 1, 2, 3
 THREAD_SINGLE, THREAD_FUNNELED, THREAD_SERIALIZED, THREAD_MULTIPLE = 0, 1, 2, 3
 COMM_TYPE_SHARED = 1
-KEYVAL_INVALID = -1
+KEYVAL_INVALID = 0x24000000  # MPICH's
 VERSION, SUBVERSION = 3, 1  # the MPI standard fmpi reports (MPI.Get_version)
 
 # Keyvals of the attributes every communicator has (``comm.Get_attr``), MPICH's values. TAG_UB
@@ -23,7 +26,7 @@ LASTUSEDCODE = 1681915915
 APPNUM = 1681915917
 
 
-class _Sentinel:
+class Sentinel:
     """A named singleton such as MPI.IN_PLACE (compared by identity)."""
 
     __slots__ = ("_name",)
@@ -40,13 +43,23 @@ class _Sentinel:
         return self._name
 
 
-IN_PLACE = _Sentinel("IN_PLACE")
-BOTTOM = _Sentinel("BOTTOM")
+class InPlaceType(Sentinel):
+    """The type of IN_PLACE, as mpi4py names it."""
+
+
+class BottomType(Sentinel):
+    """The type of BOTTOM, as mpi4py names it."""
+
+
+IN_PLACE = InPlaceType("IN_PLACE")
+BOTTOM = BottomType("BOTTOM")
 
 __all__ = [
     "ANY_SOURCE", "ANY_TAG", "PROC_NULL", "ROOT", "UNDEFINED", "TAG_UB", "MAX_PROCESSOR_NAME",
     "IDENT", "CONGRUENT", "SIMILAR", "UNEQUAL",
     "THREAD_SINGLE", "THREAD_FUNNELED", "THREAD_SERIALIZED", "THREAD_MULTIPLE",
-    "COMM_TYPE_SHARED", "KEYVAL_INVALID", "IN_PLACE", "BOTTOM", "VERSION", "SUBVERSION",
+    "COMM_TYPE_SHARED", "KEYVAL_INVALID", "IN_PLACE", "BOTTOM", "InPlaceType", "BottomType", "VERSION", "SUBVERSION",
     "IO", "WTIME_IS_GLOBAL", "UNIVERSE_SIZE", "LASTUSEDCODE", "APPNUM",
+    "MAX_ERROR_STRING", "MAX_OBJECT_NAME", "MAX_LIBRARY_VERSION_STRING", "MAX_PSET_NAME_LEN", "MAX_STRINGTAG_LEN",
+    "F_SOURCE", "F_TAG", "F_ERROR", "F_STATUS_SIZE",
 ]

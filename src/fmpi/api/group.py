@@ -16,29 +16,36 @@ from .constants import CONGRUENT, IDENT, SIMILAR, UNDEFINED, UNEQUAL
 
 
 class Group:
-    __slots__ = ("_index", "_me", "_members")
+    __slots__ = ("_index", "_me", "_members", "_null")
 
-    def __init__(self, members: Sequence[int] = (), me: int = -1) -> None:
-        self._members = tuple(members)
+    def __init__(self, members: Sequence[int] | Group | None = None, me: int = -1) -> None:
+        """A group of `members` (world ranks); ``Group()`` is a null handle (== GROUP_NULL) and
+        ``Group(group)`` another handle on `group`, as in mpi4py."""
+        if isinstance(members, Group):
+            members, me, self._null = members._members, members._me, members._null
+        else:
+            self._null = members is None
+        self._members = tuple(members or ())
         self._me = me  # this process's world rank
         self._index = {w: i for i, w in enumerate(self._members)}
 
     # -------------------------------------------------------------- accessors
     def Get_size(self) -> int:
-        return len(self._members)
+        return len(self._live()._members)
 
     def Get_rank(self) -> int:
-        return self._index.get(self._me, UNDEFINED)
+        return self._live()._index.get(self._me, UNDEFINED)
 
     @property
     def size(self) -> int:
-        return len(self._members)
+        return self.Get_size()
 
     @property
     def rank(self) -> int:
         return self.Get_rank()
 
     def Translate_ranks(self, ranks: Sequence[int] | None = None, group: Group | None = None) -> list[int]:
+        self._live()
         if ranks is None:
             ranks = range(len(self._members))
         if group is None:
@@ -55,6 +62,7 @@ class Group:
         return out
 
     def Compare(self, group: Group) -> int:
+        self._live(), group._live()
         if self._members == group._members:
             return IDENT
         if set(self._members) == set(group._members):
@@ -63,16 +71,19 @@ class Group:
 
     # ------------------------------------------------------------ constructors
     def Dup(self) -> Group:
+        self._live()
         return Group(self._members, self._me)
 
     def Incl(self, ranks: Sequence[int]) -> Group:
         ranks = list(ranks)
+        self._live()
         if len(set(ranks)) != len(ranks):
             raise err.Exception(err.ERR_RANK, f"Group.Incl: repeated ranks in {ranks}")
         return Group([self._world(r) for r in ranks], self._me)
 
     def Excl(self, ranks: Sequence[int]) -> Group:
         drop = set()
+        self._live()
         for r in ranks:
             self._world(r)
             if r in drop:
@@ -88,40 +99,66 @@ class Group:
 
     @classmethod
     def Union(cls, group1: Group, group2: Group) -> Group:
+        group1._live(), group2._live()
         extra = [w for w in group2._members if w not in group1._index]
         return cls(group1._members + tuple(extra), group1._me)
 
     @classmethod
     def Intersection(cls, group1: Group, group2: Group) -> Group:
+        group1._live(), group2._live()
         return cls([w for w in group1._members if w in group2._index], group1._me)
 
     Intersect = Intersection
 
     @classmethod
     def Difference(cls, group1: Group, group2: Group) -> Group:
+        group1._live(), group2._live()
         return cls([w for w in group1._members if w not in group2._index], group1._me)
 
     def Free(self) -> None:
-        pass
+        """The handle becomes GROUP_NULL (GROUP_EMPTY stays itself, as mpi4py keeps predefined handles)."""
+        if self._null:
+            raise err.Exception(err.ERR_GROUP, "Free on a null group (GROUP_NULL)")
+        if self is not GROUP_EMPTY:
+            self._members, self._index, self._null = (), {}, True
 
-    free = Free
+    def free(self) -> None:
+        """Free unless null or predefined (mpi4py's lowercase form)."""
+        if self and self is not GROUP_EMPTY:
+            self.Free()
 
     # ------------------------------------------------------------------ misc
+    def _live(self) -> Group:
+        """This group, unless it is null: then MPI.Exception(ERR_GROUP), as MPICH's every group call."""
+        if self._null:
+            raise err.Exception(err.ERR_GROUP, "invalid group: MPI.GROUP_NULL")
+        return self
+
     def _world(self, rank: int) -> int:
         if not 0 <= rank < len(self._members):
             raise err.Exception(err.ERR_RANK, f"invalid rank {rank} for a group of size {len(self._members)}")
         return self._members[rank]
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Group) and other._members == self._members
+        return isinstance(other, Group) and other._null == self._null and other._members == self._members
 
     __hash__ = object.__hash__
 
     def __bool__(self) -> bool:
-        return True
+        return not self._null
 
     def __repr__(self) -> str:
-        return f"<fmpi.MPI.Group {list(self._members)}>"
+        return "<fmpi.MPI.Group GROUP_NULL>" if self._null else f"<fmpi.MPI.Group {list(self._members)}>"
+
+    def __reduce__(self) -> tuple:
+        """GROUP_NULL and GROUP_EMPTY travel by name (another handle on them, as another handle); any
+        other group names processes of this job only and cannot be pickled, as in mpi4py."""
+        for name, predefined in (("GROUP_NULL", GROUP_NULL), ("GROUP_EMPTY", GROUP_EMPTY)):
+            if self is predefined:
+                return (_predefined, (name,))
+            if self == predefined:
+                return (Group, (_predefined(name),))
+        raise ValueError(f"cannot pickle {self!r}: only GROUP_NULL and GROUP_EMPTY can be, as in mpi4py")
 
 
 def _expand(ranges: Sequence[tuple[int, int, int]]) -> list[int]:
@@ -133,17 +170,11 @@ def _expand(ranges: Sequence[tuple[int, int, int]]) -> list[int]:
     return out
 
 
-class _NullGroup(Group):
-    __slots__ = ()
-
-    def __bool__(self) -> bool:
-        return False
-
-    def __repr__(self) -> str:
-        return "<fmpi.MPI.Group GROUP_NULL>"
+def _predefined(name: str) -> Group:
+    return GROUP_NULL if name == "GROUP_NULL" else GROUP_EMPTY
 
 
 GROUP_EMPTY = Group(())
-GROUP_NULL = _NullGroup(())
+GROUP_NULL = Group()
 
 __all__ = ["CONGRUENT", "GROUP_EMPTY", "GROUP_NULL", "IDENT", "SIMILAR", "UNEQUAL", "Group"]

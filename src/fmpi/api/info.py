@@ -59,7 +59,10 @@ class Info:
             raise err.Exception(err.ERR_ARG, f"cannot free the predefined {self._predefined}")
         self._handle, self._items = 0, {}
 
-    free = Free
+    def free(self) -> None:
+        """Free unless null or predefined (mpi4py's lowercase form)."""
+        if self and self._predefined is None:
+            self.Free()
 
     def Get(self, key: str) -> str | None:
         self._live()

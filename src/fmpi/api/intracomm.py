@@ -5,12 +5,8 @@ lowercase API, ``collective_buffers`` for the uppercase one and its
 non-blocking twins); they pick an algorithm through ``collectives.table`` and
 hand it a ``Channel``, never touching the transport themselves.
 
-Every collective call is numbered by a per-communicator counter, which all
-members advance alike because MPI has them make the same collective calls in
-the same order; the number is the call's tag in the communicator's
-collective context. Blocking calls use tags below 2**29, non-blocking ones
-(counted separately, run by the background worker) the next 2**29, so the
-two kinds can never match each other's messages.
+Calls are numbered and run as ``collective_calls`` says (tags per call,
+the background worker for non-blocking ones).
 
 New communicators get a context id that every member derives on its own from
 the parent's id, the parent's construction counter and what distinguishes
@@ -20,25 +16,24 @@ agreement: see ``_child_context``.
 
 from __future__ import annotations
 
-import socket
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
 from ..collectives import allgather_recursive_doubling, table
-from ..collectives.channel import TAG_BITS, Channel
+from ..collectives.channel import Channel
 from ..collectives.options import AllgatherOptions, Layout
 from ..transport.engine import Engine
-from ..transport.requests import TransportError
 from . import exceptions as err
 from . import runtime
+from .arguments import c_int
 from .collective_buffers import BufferCollectives
+from .collective_calls import TAG_SPACE, CollectiveCalls
+from .collective_exchange import ExchangeCollectives
 from .collective_objects import ObjectCollectives
 from .comm import Comm
 from .constants import COMM_TYPE_SHARED, UNDEFINED
 from .group import Group
-from .nonblocking import Worker
 from .request import Request
 
 # mpi4py's (MPICH's) split types; all but UNDEFINED group the ranks by host here.
@@ -46,22 +41,17 @@ COMM_TYPE_HW_GUIDED = 2
 COMM_TYPE_HW_UNGUIDED = 3
 COMM_TYPE_RESOURCE_GUIDED = 4
 
-# Tags of collective calls: blocking calls cycle through [0, 2**29), non-blocking ones through [2**29, 2**30).
-_TAG_SPACE = 1 << TAG_BITS
 
-T = TypeVar("T")
+class Intracomm(ObjectCollectives, BufferCollectives, CollectiveCalls, Comm):
+    _inter = False
 
-
-class Intracomm(ObjectCollectives, BufferCollectives, Comm):
-    def __init__(self, engine: Engine | Comm | None, group: tuple[int, ...] = (), context: int = 0, name: str = "") -> None:
+    def __init__(self, engine: Engine | Comm | None = None, group: tuple[int, ...] = (), context: int = 0, name: str = "") -> None:
         if isinstance(engine, Comm):
             return  # a handle on an existing communicator (see Comm.__new__)
         super().__init__(engine, group, context, name)
-        self._nb_seq = 0
         self._allreduce_memo = None
         self._blocking_channel: Channel | None = None  # (``_channel``)
         self._blocking_generation = -1
-        self._worker: Worker | None = None
         self._create_group_seq: dict[tuple, int] = {}
 
     # ------------------------------------------------------------ machinery
@@ -81,7 +71,7 @@ class Intracomm(ObjectCollectives, BufferCollectives, Comm):
             self._blocking_channel = self._make_channel(0)
             self._blocking_generation = generation
         ch = self._blocking_channel
-        ch.tag = self._coll_seq % _TAG_SPACE
+        ch.tag = self._coll_seq % TAG_SPACE
         return ch
 
     def _make_channel(self, tag: int) -> Channel:
@@ -102,46 +92,23 @@ class Intracomm(ObjectCollectives, BufferCollectives, Comm):
             return None, ""
         return provider, f"{self._coll_ctx:x}"
 
-    def _collective(self, fn: Callable[[Channel], T]) -> T:
-        """Run one blocking collective call; transport failures become MPI.Exception."""
-        ch = self._channel()
-        try:
-            return fn(ch)
-        except TransportError as exc:
-            self._transport_failed(exc)
-
-    _blocking = _collective
-
-    def _nonblocking(self, fn: Callable[[Channel], None]) -> Request:
-        """Start `fn` on the background worker; a Request completes when it has run."""
-        self._nb_seq += 1
-        ch = self._make_channel(_TAG_SPACE + self._nb_seq % _TAG_SPACE)
-        if self._worker is None:
-            self._worker = Worker(f"fmpi-coll-{self._name or hex(self._ctx)}")
-        op = self._worker.submit(self._engine, lambda: fn(ch))
-        return Request(self._engine, op)
-
     def _root(self, root: int) -> int:
+        """`root` as an int (numpy integers and floats too, as mpi4py takes them), checked."""
+        root = c_int(root)
         if not 0 <= root < self.size:
             self._fail(err.ERR_ROOT, f"invalid root {root} for a communicator of size {self.size}")
         return root
 
     # ----------------------------------------------------------- construction
-    def Get_group(self) -> Group:
-        return Group(self._group, self._engine.rank if self._engine is not None else -1)
-
-    @property
-    def group(self) -> Group:
-        return self.Get_group()
-
     def _child(self, members: tuple[int, ...], context: int) -> Intracomm:
         child = Intracomm(self._engine, members, context, "")
         child._errhandler = self._errhandler  # a new communicator inherits its parent's handler (MPI)
         return child
 
     def Dup(self, info: Any = None) -> Intracomm:
+        self._live()
         self._child_seq += 1
-        return self._child(self._group, _child_context(self._ctx, self._child_seq, "dup"))
+        return self._copy_attributes(self._child(self._group, _child_context(self._ctx, self._child_seq, "dup")))
 
     Clone = Dup
 
@@ -157,6 +124,7 @@ class Intracomm(ObjectCollectives, BufferCollectives, Comm):
 
     def Split(self, color: int = 0, key: int = 0) -> Intracomm | None:
         """Members with the same color form a communicator, ordered by (key, rank); UNDEFINED gets COMM_NULL."""
+        self._live()
         self._child_seq += 1
         seq = self._child_seq
         size = self.size
@@ -169,15 +137,18 @@ class Intracomm(ObjectCollectives, BufferCollectives, Comm):
         return self._child(tuple(self._group[r] for _, r in members), _child_context(self._ctx, seq, f"split:{color}"))
 
     def Split_type(self, split_type: int, key: int = 0, info: Any = None) -> Intracomm | None:
-        """COMM_TYPE_SHARED (and the hardware types): the ranks on this host; UNDEFINED: COMM_NULL."""
-        if split_type == UNDEFINED:
-            return self.Split(UNDEFINED, key)
-        host = socket.gethostname()
+        """COMM_TYPE_SHARED (and the hardware types): the ranks on this machine (``runtime.node_id``: on Lambda the
+        ranks of one function instance); UNDEFINED: COMM_NULL.
+
+        Every rank makes the same collective calls whatever type it passes (some may pass UNDEFINED
+        while others pass COMM_TYPE_SHARED), so the communicator's collectives stay in step."""
+        host = None if split_type == UNDEFINED else runtime.node_id()
         names = self.allgather(host)
-        return self.Split(names.index(host), key)
+        return self.Split(UNDEFINED if host is None else names.index(host), key)
 
     def Create(self, group: Group) -> Intracomm | None:
         """Collective over this communicator; members of `group` get the new communicator."""
+        self._live()
         self._child_seq += 1
         seq = self._child_seq
         members = group._members
@@ -197,18 +168,66 @@ class Intracomm(ObjectCollectives, BufferCollectives, Comm):
         self._create_group_seq[key] = n
         return self._child(members, _child_context(self._ctx, n, f"group:{members}:{tag}"))
 
+    def Create_intercomm(self, local_leader: int, peer_comm: Comm, remote_leader: int, tag: int = 0) -> Any:
+        """An ``Intercomm`` between this communicator's group and the group whose leader is `remote_leader`
+        in `peer_comm` (collective over this communicator; see ``intercomm_create``)."""
+        from .intercomm_create import create_intercomm
+
+        return create_intercomm(self, local_leader, peer_comm, remote_leader, tag)
+
+    def Spawn(self, command: str, args: Any = None, maxprocs: int = 1, info: Any = None, root: int = 0,
+              errcodes: list | None = None) -> Any:
+        """Start `maxprocs` processes running `command` `args` (collective; see ``spawn``): the Intercomm to them."""
+        from .spawn import spawn_multiple
+
+        return spawn_multiple(self, [command], [args], [maxprocs], root, errcodes)
+
+    def Spawn_multiple(self, command: Any, args: Any = None, maxprocs: Any = None, info: Any = None, root: int = 0,
+                       errcodes: list | None = None) -> Any:
+        from .spawn import spawn_arguments, spawn_multiple
+
+        return spawn_multiple(self, *spawn_arguments(command, args, maxprocs, info), root, errcodes)
+
+    @classmethod
+    def Create_from_group(cls, group: Group, stringtag: str = "org.mpi4py", info: Any = None,
+                          errhandler: Any = None) -> Intracomm:
+        """A communicator of `group`, made by its members alone (MPI 4)."""
+        from .intercomm_create import create_from_group
+
+        return create_from_group(group, stringtag, errhandler)
+
     def Create_cart(self, dims, periods=None, reorder: bool = False):
         """A communicator whose ranks sit on a Cartesian grid (``Cartcomm``); extra ranks get COMM_NULL."""
         from .topology import create_cart
 
         return create_cart(self, dims, periods, reorder)
 
-    def Free(self) -> None:
-        if self._worker is not None:
-            self._worker.stop()
-            self._worker = None
+    def Cart_map(self, dims, periods=None) -> int:
+        from .topology import cart_map
 
-    free = Free
+        return cart_map(self, dims, periods)
+
+    def Create_graph(self, index, edges, reorder: bool = False):
+        """A communicator whose ranks are the nodes of a graph (``Graphcomm``); extra ranks get COMM_NULL."""
+        from .graph_topology import create_graph
+
+        return create_graph(self, index, edges, reorder)
+
+    def Graph_map(self, index, edges) -> int:
+        from .graph_topology import graph_map
+
+        return graph_map(self, index, edges)
+
+    def Create_dist_graph_adjacent(self, sources, destinations, sourceweights=None, destweights=None, info=None,
+                                   reorder: bool = False):
+        from .graph_topology import create_dist_graph_adjacent
+
+        return create_dist_graph_adjacent(self, sources, destinations, sourceweights, destweights)
+
+    def Create_dist_graph(self, sources, degrees, destinations, weights=None, info=None, reorder: bool = False):
+        from .graph_topology import create_dist_graph
+
+        return create_dist_graph(self, sources, degrees, destinations, weights)
 
     # ---------------------------------------------------------------- helpers
     def _allgather_ints(self, values: np.ndarray) -> None:
@@ -235,7 +254,7 @@ __all__ = ["COMM_TYPE_HW_GUIDED", "COMM_TYPE_HW_UNGUIDED", "COMM_TYPE_RESOURCE_G
 
 # mpi4py defines the collectives on Comm, and code calls them through it (mpi4py.util.pkl5 does
 # ``MPI.Comm.Bcast(comm, ...)``); fmpi implements them for intracommunicators, its only kind.
-for _mixin in (ObjectCollectives, BufferCollectives):
+for _mixin in (ObjectCollectives, BufferCollectives, ExchangeCollectives):
     for _name, _fn in vars(_mixin).items():
         if not _name.startswith("_") and not hasattr(Comm, _name):
             setattr(Comm, _name, _fn)

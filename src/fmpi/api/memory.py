@@ -9,6 +9,8 @@ what ``mpi4py.util.pkl5`` and ``Alloc_mem`` users need.
 from __future__ import annotations
 
 from . import exceptions as err
+from .constants import Sentinel
+from .request import Request
 
 
 class buffer(bytearray):
@@ -30,6 +32,22 @@ class buffer(bytearray):
     @property
     def obj(self) -> None:
         return None
+
+    @property
+    def format(self) -> str:
+        return "B"
+
+    @property
+    def address(self) -> int:
+        from .packing import get_address
+
+        return get_address(self)
+
+    def __setitem__(self, key: int | slice, value: object) -> None:
+        """As mpi4py's buffer: ``m[a:b] = v`` with an int `v` fills the slice with that byte."""
+        if isinstance(key, slice) and isinstance(value, int):
+            value = bytes([value]) * len(range(*key.indices(len(self))))
+        super().__setitem__(key, value)
 
     def release(self) -> None:
         """Nothing to release: the memory is garbage-collected."""
@@ -57,9 +75,19 @@ BSEND_OVERHEAD = 96  # MPICH's value, which programs add to the size they attach
 _attached: list[object] = []
 
 
+class BufferAutomaticType(Sentinel):
+    """The type of BUFFER_AUTOMATIC (MPI 4.1: the library buffers sends itself), as mpi4py names it."""
+
+
+BUFFER_AUTOMATIC = BufferAutomaticType("BUFFER_AUTOMATIC")
+
+
 def Attach_buffer(buf: object) -> None:
-    if memoryview(buf).readonly:
-        raise BufferError("Attach_buffer: the buffer is read-only")
+    """Any writable buffer a message may be (DLPack and array-interface objects too); read-only is a BufferError."""
+    if buf is not BUFFER_AUTOMATIC:
+        from .buffers import byte_view
+
+        byte_view(buf, True)
     _attached[:] = [buf]
 
 
@@ -70,3 +98,9 @@ def Detach_buffer() -> object:
 
 def Flush_buffer() -> None:
     """Nothing is ever pending in an attached buffer."""
+
+
+def Iflush_buffer() -> Request:
+    """Flush_buffer's non-blocking form: complete at once, nothing being pending."""
+    return Request.completed()
+

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..transport.requests import TransportError
 from ..wire import pickle_oob as serialize
 from . import exceptions as err
-from .buffers import message_view
+from .buffers import receive_target
 from .constants import ANY_SOURCE, ANY_TAG, PROC_NULL
 from .request import Request
 from .status import Status
@@ -79,10 +79,12 @@ class Message:
     # ------------------------------------------------------------ buffers
     def Recv(self, buf: Any, status: Status | None = None) -> None:
         payload, _, _ = self._take(status)
-        view = message_view(buf, True) if buf is not None else memoryview(bytearray())
+        view, unpack = receive_target(buf) if buf is not None else (memoryview(bytearray()), None)
         if len(payload) > len(view):
             raise err.Exception(err.ERR_TRUNCATE, f"message of {len(payload)} bytes truncated to {len(view)}")
         view[: len(payload)] = payload
+        if unpack is not None:
+            unpack(len(payload))
 
     def Irecv(self, buf: Any) -> Request:
         status = Status()

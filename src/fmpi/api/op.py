@@ -59,6 +59,8 @@ class Op:
         return cls(getattr(function, "__name__", "user"), None, on_objects, bool(commute), function)
 
     def Is_commutative(self) -> bool:
+        if not self:
+            raise err.Exception(err.ERR_OP, "invalid operation: MPI.OP_NULL")
         return self.commute
 
     @property
@@ -70,9 +72,26 @@ class Op:
         return self._user is None
 
     def Free(self) -> None:
-        pass
+        """A user operation's handle becomes OP_NULL; freeing a predefined or null one is ERR_OP, as under MPICH."""
+        if not self or self._user is None:
+            raise err.Exception(err.ERR_OP, f"cannot free MPI.{self.name}: " + ("null" if not self else "predefined"))
+        self.name, self._array_fn, self._object_fn, self._user = "OP_NULL", None, _obj_null, None
 
-    free = Free
+    def free(self) -> None:
+        """Free unless null or predefined (mpi4py's lowercase form)."""
+        if self and self._user is not None:
+            self.Free()
+
+    def __bool__(self) -> bool:
+        return self._object_fn is not _obj_null
+
+    def __eq__(self, other: object) -> bool:
+        """The same operation, or both null (OP_NULL, or a freed user operation), as mpi4py's handles."""
+        if not isinstance(other, Op):
+            return NotImplemented
+        return other is self or (not self and not other)
+
+    __hash__ = object.__hash__
 
     def __call__(self, x: Any, y: Any) -> Any:
         """x op y (x from the lower rank), for Python objects — as mpi4py's Op.__call__."""
@@ -86,7 +105,7 @@ class Op:
         """Raise MPI.Exception(ERR_OP) unless this op is defined for `dtype` (all ranks raise alike)."""
         if dtype in self._checked:
             return
-        if self is OP_NULL:
+        if not self:
             raise err.Exception(err.ERR_OP, "MPI.OP_NULL cannot reduce")
         if dtype is None:
             raise err.Exception(err.ERR_TYPE, f"cannot reduce {type_name or 'this datatype'}: it has no element type")
@@ -123,15 +142,17 @@ class Op:
 
     def Reduce_local(self, inbuf: Any, inoutbuf: Any) -> None:
         """inoutbuf = inbuf op inoutbuf, on this process only."""
-        from .buffers import message
+        from .collspecs import simple
 
-        src, dst = message(inbuf, False), message(inoutbuf, True)
+        src, dst = simple(inbuf, False), simple(inoutbuf, True)
         if src.count != dst.count:
             raise ValueError(f"mismatch in inbuf count {src.count} and inoutbuf count {dst.count}")
-        dtype = dst.datatype.dtype
-        self.check(dtype, dst.datatype.name)
-        out = np.frombuffer(dst.view, dtype=dtype)
-        self.combine(np.frombuffer(src.view, dtype=dtype), out, out, dst.datatype)
+        if src.datatype != dst.datatype:
+            raise ValueError("mismatch in inbuf and inoutbuf MPI datatypes")
+        self.check(dst.datatype.dtype, dst.datatype.name)
+        out = dst.array()
+        self.combine(src.array(), out, out, dst.datatype)
+        dst.finish()
 
 
 def _byteview(arr: np.ndarray) -> memoryview:

@@ -1,8 +1,11 @@
-"""Persistent requests: ``Comm.Send_init``/``Recv_init`` (and the Bsend/Ssend/Rsend kinds),
+"""Persistent requests: ``Comm.Send_init``/``Recv_init`` (and the Bsend/Ssend/Rsend kinds), the
+persistent collectives (``Bcast_init``, ``Allreduce_init``, ``Neighbor_alltoall_init``, ...), and
 ``Prequest.Start``/``Startall`` — the halo-exchange loop's way to set a transfer up once.
 
 A persistent request remembers how to start its operation; each ``Start`` begins
-one more run of it (a fresh transport operation on the same buffer), after which
+one more run of it (a fresh transport operation on the same buffer; for a
+collective, its non-blocking form, so every rank must start its persistent
+collectives in the same order, as MPI requires), after which
 the usual ``Wait``/``Test`` calls complete it. Between runs it is inactive: waiting
 on it returns at once, and it stays a live handle until ``Free``.
 """
@@ -14,6 +17,7 @@ from typing import Any
 
 from . import exceptions as err
 from .constants import ANY_SOURCE, ANY_TAG
+from .info import Info
 from .request import Request
 
 
@@ -45,10 +49,10 @@ class Prequest(Request):
     startall = Startall
 
     def Free(self) -> None:
-        super().Free()
-        self._freed = True
-
-    free = Free
+        if self._freed:
+            raise err.Exception(err.ERR_REQUEST, "Free on a null request (REQUEST_NULL)")
+        self._op = None
+        self._settled = self._freed = True
 
     def __bool__(self) -> bool:
         """A persistent request is a live handle, active or not, until freed."""
@@ -68,3 +72,33 @@ class PersistentP2P:
 
     def Recv_init(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Prequest:
         return Prequest(lambda: self.Irecv(buf, source, tag))
+
+
+def _persistent(name: str) -> Callable[..., Prequest]:
+    """``<name>_init``: a persistent request whose every Start runs ``I<name>`` with the same arguments."""
+    nonblocking = "I" + name[0].lower() + name[1:]
+
+    def init(self: Any, *args: Any, info: Any = None, **kwargs: Any) -> Prequest:
+        if args and isinstance(args[-1], Info):  # the info hint, passed by position (ignored)
+            args = args[:-1]
+        start = getattr(self, nonblocking)
+        return Prequest(lambda: start(*args, **kwargs))
+
+    init.__name__ = init.__qualname__ = f"{name}_init"
+    init.__doc__ = f"Persistent {name}: each Start runs {nonblocking} with these arguments."
+    return init
+
+
+class PersistentCollectives:
+    """``<collective>_init`` of every collective with a non-blocking form (mixed into ``Intracomm``)."""
+
+
+class PersistentNeighborCollectives:
+    """``Neighbor_*_init`` (mixed into ``Topocomm``)."""
+
+
+for _name in ("Barrier", "Bcast", "Gather", "Gatherv", "Scatter", "Scatterv", "Allgather", "Allgatherv", "Alltoall",
+              "Alltoallv", "Alltoallw", "Reduce", "Allreduce", "Reduce_scatter_block", "Reduce_scatter", "Scan", "Exscan"):
+    setattr(PersistentCollectives, f"{_name}_init", _persistent(_name))
+for _name in ("Neighbor_allgather", "Neighbor_allgatherv", "Neighbor_alltoall", "Neighbor_alltoallv", "Neighbor_alltoallw"):
+    setattr(PersistentNeighborCollectives, f"{_name}_init", _persistent(_name))

@@ -118,16 +118,23 @@ class Request:
     get_status_all, get_status_any, get_status_some = Get_status_all, Get_status_any, Get_status_some
 
     def Cancel(self) -> None:
+        if not self:
+            raise err.Exception(err.ERR_REQUEST, "Cancel on a null request (REQUEST_NULL)")
         if self._op is not None and self._engine is not None:
             self._engine.cancel(self._op)
 
     cancel = Cancel
 
     def Free(self) -> None:
+        if not self:
+            raise err.Exception(err.ERR_REQUEST, "Free on a null request (REQUEST_NULL)")
         self._op = None
         self._settled = True
 
-    free = Free
+    def free(self) -> None:
+        """Free unless null (mpi4py's lowercase form)."""
+        if self:
+            self.Free()
 
     def __bool__(self) -> bool:
         """False for a null request (MPI_REQUEST_NULL), like mpi4py."""
@@ -189,29 +196,31 @@ class Request:
         return index, requests[index]._settle(status)
 
     @classmethod
+    def _some(cls, requests: Sequence["Request"], statuses: list[Status] | None, block: bool) -> tuple[list[int] | None, list[Any] | None]:
+        """(indices, values) of the active requests complete now — after waiting for one if `block` —
+        each settled; a `statuses` list gets one status per completed request, in the same order."""
+        active = [(i, r) for i, r in enumerate(requests) if not r._settled]
+        if not active:
+            return None, None
+        if block and not any(r._done() for _, r in active):
+            cls._engine_of([r for _, r in active]).wait_any([r._op for _, r in active])
+        done = [i for i, r in active if r._done()]
+        if isinstance(statuses, list):
+            statuses.extend(Status() for _ in range(len(done) - len(statuses)))
+        given = len(statuses) if statuses is not None else 0
+        return done, [requests[i]._settle(statuses[k] if k < given else None) for k, i in enumerate(done)]
+
+    @classmethod
     def Waitsome(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> list[int] | None:
-        index, _ = cls.waitany(requests)
-        if index == UNDEFINED:
-            return None
-        done = [index] + [i for i, r in enumerate(requests) if i != index and not r._settled and r._done()]
-        for i in done[1:]:
-            requests[i]._settle(None)
-        return done
+        return cls._some(requests, statuses, block=True)[0]
 
     @classmethod
     def waitsome(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> tuple[list[int] | None, list[Any] | None]:
-        index, value = cls.waitany(requests)
-        if index == UNDEFINED:
-            return None, None
-        done = [index] + [i for i, r in enumerate(requests) if i != index and not r._settled and r._done()]
-        return done, [value] + [requests[i]._settle(None) for i in done[1:]]
+        return cls._some(requests, statuses, block=True)
 
     @classmethod
     def testsome(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> tuple[list[int] | None, list[Any] | None]:
-        if all(r._settled for r in requests):
-            return None, None
-        done = [i for i, r in enumerate(requests) if not r._settled and r._done()]
-        return done, [requests[i]._settle(None) for i in done]
+        return cls._some(requests, statuses, block=False)
 
     @classmethod
     def Testall(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> bool:
@@ -240,12 +249,7 @@ class Request:
 
     @classmethod
     def Testsome(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> list[int] | None:
-        if all(r._settled for r in requests):
-            return None
-        done = [i for i, r in enumerate(requests) if not r._settled and r._done()]
-        for i in done:
-            requests[i]._settle(None)
-        return done
+        return cls._some(requests, statuses, block=False)[0]
 
     def __repr__(self) -> str:
         return f"<fmpi.MPI.Request {'done' if self._done() else 'pending'}>"

@@ -22,6 +22,8 @@ from . import exceptions as err
 
 if TYPE_CHECKING:
     from ..rank.join import RankSession
+    from ..rank.spawn import Children
+    from .intercomm import Intercomm
     from .intracomm import Intracomm
 
 WORLD_CONTEXT = 0
@@ -34,6 +36,9 @@ class _State:
     server: Any = None  # server-side collectives of the rank's relay (collectives/server_side.Provider), or None
     world: "Intracomm | None" = None
     self_comm: "Intracomm | None" = None
+    parent: "Intercomm | None" = None  # a spawned process's intercommunicator with its parents (Comm.Get_parent)
+    spawned: "list[RankSession]" = []  # this process's sessions in jobs it spawned (as a parent)
+    children: "list[Children]" = []  # the processes this process spawned (as the root), waited for at finalize
     initialized = False
     finalized = False
     lock = threading.Lock()
@@ -71,7 +76,13 @@ def initialize(session: "RankSession | None" = None) -> None:
             sys.stderr.flush()
             os._exit(1)  # not SystemExit: nothing else in this process can work
         engine = state.engine
-        state.world = Intracomm(engine, tuple(range(engine.size)), WORLD_CONTEXT, "MPI_COMM_WORLD")
+        # A spawned process's job holds its parents first; its world is the rest.
+        parents = state.session.spec.parents if state.session is not None else 0
+        state.world = Intracomm(engine, tuple(range(parents, engine.size)), WORLD_CONTEXT, "MPI_COMM_WORLD")
+        if parents:
+            from .spawn import parent_intercomm
+
+            state.parent = parent_intercomm(engine, parents)
         state.self_comm = Intracomm(engine, (engine.rank,), SELF_CONTEXT, "MPI_COMM_SELF")
         handler = _errhandler_from_rc()
         state.world.Set_errhandler(handler)
@@ -90,7 +101,7 @@ def _errhandler_from_rc():
     default, ERRORS_ARE_FATAL: the job aborts where the error happens. "abort":
     ERRORS_ABORT. ``FMPI_ERRORS`` sets the same from outside the program (and wins).
     """
-    from .comm import ERRORS_ABORT, ERRORS_ARE_FATAL, ERRORS_RETURN
+    from .errhandler import ERRORS_ABORT, ERRORS_ARE_FATAL, ERRORS_RETURN
 
     rc = getattr(sys.modules.get("mpi4py"), "rc", None)
     choice = settings.current().errors or getattr(rc, "errors", None) or "exception"
@@ -109,10 +120,14 @@ def finalize() -> None:
         state.finalized = True
     sys.stdout.flush()
     _close_server()
+    for session in state.spawned:
+        session.finalize(0)
     if state.session is not None:
         state.session.finalize(0)
     elif state.engine is not None:
         state.engine.close()
+    for children in state.children:
+        children.wait()
 
 
 def _close_server() -> None:
@@ -186,6 +201,14 @@ def processor_name() -> str:
     return socket.gethostname()
 
 
+def node_id() -> str:
+    """What ranks that share a machine have in common: FMPI_NODE (on Lambda, the function instance: its ranks
+    share its CPUs and its capped network; host names say nothing there), else the host name."""
+    from .. import settings
+
+    return settings.node() or socket.gethostname()
+
+
 def take_over_finalize() -> bool:
     """For the code hosting the program (the Lambda handler): True when the program left MPI unfinalized and the
     host now ends it (the rank counts as finalized from here); False when the program finalized already."""
@@ -209,6 +232,8 @@ def reset_for_next_invocation() -> None:
         state.engine = None
         state.world = None
         state.self_comm = None
+        state.parent = None
+        state.spawned, state.children = [], []
         state.initialized = False
         state.finalized = False
     atexit.unregister(finalize)

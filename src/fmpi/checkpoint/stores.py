@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlparse
 
+from ..util import usage
+
 
 class Store(Protocol):
     url: str
@@ -80,9 +82,11 @@ class S3Store:
         self._s3 = boto3.client("s3", config=Config(retries={"mode": "adaptive", "max_attempts": 8}))
 
     def put(self, key: str, parts: Iterable[bytes | memoryview]) -> None:
+        usage.count("s3", "PUT")
         self._s3.put_object(Bucket=self.bucket, Key=self.prefix + key, Body=b"".join(parts))
 
     def get(self, key: str) -> bytearray | None:
+        usage.count("s3", "GET")
         try:
             return bytearray(self._s3.get_object(Bucket=self.bucket, Key=self.prefix + key)["Body"].read())
         except self._s3.exceptions.NoSuchKey:
@@ -91,12 +95,14 @@ class S3Store:
     def keys(self, prefix: str = "") -> list[str]:
         found: list[str] = []
         for page in self._s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self.prefix + prefix):
+            usage.count("s3", "LIST")
             found += [item["Key"][len(self.prefix):] for item in page.get("Contents", [])]
         return sorted(found)
 
     def delete(self, keys: list[str]) -> None:
         for start in range(0, len(keys), 1000):  # (DeleteObjects takes at most 1,000 keys)
             chunk = [{"Key": self.prefix + k} for k in keys[start:start + 1000]]
+            usage.count("s3", "DELETE")
             self._s3.delete_objects(Bucket=self.bucket, Delete={"Objects": chunk, "Quiet": True})
 
 
@@ -110,17 +116,26 @@ class RedisStore:
         self._redis = redis.Redis.from_url(url.split("#", 1)[0], socket_timeout=30, socket_connect_timeout=10)
 
     def put(self, key: str, parts: Iterable[bytes | memoryview]) -> None:
+        usage.count("redis", "SET")
         self._redis.set(self.prefix + key, b"".join(parts))
 
     def get(self, key: str) -> bytearray | None:
+        usage.count("redis", "GET")
         value = self._redis.get(self.prefix + key)
         return None if value is None else bytearray(value)
 
     def keys(self, prefix: str = "") -> list[str]:
-        return sorted(k.decode()[len(self.prefix):] for k in self._redis.scan_iter(match=self.prefix + prefix + "*"))
+        found: list[str] = []
+        cursor = None
+        while cursor != 0:  # (SCAN by hand, not scan_iter: each call is a request to count)
+            usage.count("redis", "SCAN")
+            cursor, batch = self._redis.scan(cursor or 0, match=self.prefix + prefix + "*")
+            found += [k.decode()[len(self.prefix):] for k in batch]
+        return sorted(set(found))  # (SCAN may return a key twice)
 
     def delete(self, keys: list[str]) -> None:
         if keys:
+            usage.count("redis", "DEL")
             self._redis.delete(*(self.prefix + k for k in keys))
 
 

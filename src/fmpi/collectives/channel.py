@@ -100,3 +100,14 @@ class Channel:
         if ops[i].error is not None:
             raise ops[i].error
         return i
+
+    # For algorithms over the machines' structure (allreduce_hierarchical.py)
+    def world_rank(self, rank: int) -> int:
+        """The job-wide rank of this channel's `rank`: which machine it runs on follows from it."""
+        return self._group[rank]
+
+    def subset(self, ranks: Sequence[int]) -> Channel:
+        """A channel over some of this one's ranks (this rank among them), in the same context and tag: for a
+        step of an algorithm in which only they talk to each other, so its messages cannot meet the others'."""
+        return Channel(self._engine, [self._group[r] for r in ranks], list(ranks).index(self.rank), self._context,
+                       self.tag, self.server, self.server_key)

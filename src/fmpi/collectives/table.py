@@ -1,4 +1,15 @@
-"""The one place that decides which algorithm runs, by collective, message size and N.
+"""The one place that decides which algorithm runs, by collective, message size, N and the job's network.
+
+Between hosts (``FMPI_NETWORK=lambda``, the default, or ``alpha=US,bandwidth=MBIT``)
+bcast, reduce, allreduce, reduce_scatter and allgather take the algorithm the
+α-β-γ model expects to finish first (``cost_model.py``): on Lambda's network
+the tree and recursive doubling for small vectors, scatter-allgather and
+ring-gather from about 256 KiB, Rabenseifner's allreduce from about 64 KiB and
+the ring from a few MiB. The other collectives, and any whose knob is set by
+hand, follow the rules below. So do ranks on one host (``FMPI_NETWORK=host``,
+set by fmpirun for its local ranks) and relayed jobs: every byte they move
+costs one shared resource, which the per-rank model does not describe. The
+rules were measured on such a host:
 
 ::
 
@@ -34,8 +45,8 @@ or Redis), barrier and allreduce take the server's form instead:
                                                                numeric elements (else as above)
 
 The choice rests on job-wide settings only (the channel the job was started
-with, the relay URL, the op and datatype every rank passes), never on the
-state of one rank's links, so every rank picks alike.
+with, the relay URL, FMPI_NETWORK, FMPI_RANKS_PER_NODE, the op and datatype
+every rank passes), never on one rank's links, so every rank picks alike.
 
 "bytes" is the size of one rank's vector; thresholds are in bytes. Ring
 algorithms and tree pipelines cut messages into ``segment``-byte pieces.
@@ -60,22 +71,22 @@ over repeated interleaved runs:
 - bcast and reduce: on one host every byte costs a kernel copy on the same
   cores, and the pipelined binomial tree moves the fewest bytes in all: it won
   at every size tried (64 KiB - 64 MiB, N = 3, 4, 8) against
-  scatter-allgather and ring-gather, which are therefore off by default. They
+  scatter-allgather and ring-gather, which are therefore off on one host. They
   spread the traffic over all links, which is what counts when ranks sit on
-  separate hosts: set ``FMPI_COLL_BCAST_LARGE`` / ``FMPI_COLL_REDUCE_LARGE``
-  (e.g. ``512K``) for such jobs;
+  separate hosts: the model picks them there;
 - allgather: recursive doubling and the ring are within noise of each other
   at N = 4; the ring wins from a few MiB at N = 3 (the fold-in of non-powers
   of two costs a whole extra copy of the result);
 - alltoall: all steps in flight is faster for small blocks, the same for
   large ones, where a window of 2 bounds what waits in kernel buffers.
 
+Ranks sharing machines (``FMPI_RANKS_PER_NODE`` K > 1: K ranks per Lambda
+function) take the ``hierarchical`` allreduce for commutative ops on any
+channel spanning several machines, unless FMPI_COLL_ALGO names another.
 Python objects (the lowercase API) always take the same algorithms: binomial
-bcast, gather, scatter and reduce (mpi4py's tree), recursive doubling for
-allreduce, allgather, scan, exscan, pairwise exchange for alltoall.
-
-Environment overrides, read when the table is first used, for experiments
-and tests:
+bcast, gather, scatter, reduce; recursive doubling for allreduce, allgather,
+scan, exscan; pairwise exchange for alltoall. Environment overrides (for
+experiments and tests), read when the table is first used:
 
 - ``FMPI_COLL_ALGO="allreduce:ring,bcast:scatter_allgather"`` forces an
   algorithm per collective (names as in the table). A forced algorithm that
@@ -85,7 +96,8 @@ and tests:
   point-to-point forms; ``barrier:server,allreduce:server`` uses the relay's
   forms even when links are direct (a rank always has a provider).
 - ``FMPI_COLL_<KNOB>=<bytes>`` sets a knob of ``Tuning``, e.g.
-  ``FMPI_COLL_SEGMENT=256`` or ``FMPI_COLL_ALLREDUCE_RING_MIN=0``.
+  ``FMPI_COLL_SEGMENT=256`` or ``FMPI_COLL_ALLREDUCE_RING_MIN=0``; a threshold
+  knob set so puts its collective on the rules even on a network.
 
 ``configure(...)`` does the same from Python (tests, benchmarks).
 """
@@ -100,6 +112,7 @@ from .. import settings
 from . import (
     allgather_recursive_doubling,
     allgather_ring,
+    allreduce_hierarchical,
     allreduce_rabenseifner,
     allreduce_recursive_doubling,
     allreduce_ring,
@@ -107,6 +120,7 @@ from . import (
     barrier_dissemination,
     bcast_binomial,
     bcast_scatter_allgather,
+    cost_model,
     gather_binomial,
     gather_linear,
     reduce_binomial,
@@ -160,6 +174,7 @@ ALGORITHMS: dict[str, dict[str, Callable[[Channel, Any], None]]] = {
         "ring": allreduce_ring.allreduce,
         "rabenseifner": allreduce_rabenseifner.allreduce,
         "server": server_side.allreduce,
+        "hierarchical": lambda ch, opts: allreduce_hierarchical.allreduce(ch, opts, settings.current().ranks_per_node),
     },
     "reduce_scatter": {
         "allreduce": reduce_scatter_composed.via_allreduce,
@@ -174,14 +189,25 @@ ALGORITHMS: dict[str, dict[str, Callable[[Channel, Any], None]]] = {
 }
 
 # What a forced algorithm needs from the call; a forced choice that fails its check is ignored.
-_NEEDS_COMMUTE = {("reduce", "ring_gather"), ("allreduce", "ring"), ("allreduce", "rabenseifner"), ("reduce_scatter", "ring"), ("reduce_scatter", "allreduce")}
+_NEEDS_COMMUTE = {("reduce", "ring_gather"), ("allreduce", "ring"), ("allreduce", "rabenseifner"),
+                  ("allreduce", "hierarchical"), ("reduce_scatter", "ring"), ("reduce_scatter", "allreduce")}
 _NEEDS_EQUAL_BLOCKS = {("gather", "binomial"), ("scatter", "binomial")}
+
+
+# The collectives each knob moves: a knob set by hand puts its collective back on the threshold rules.
+_KNOB_COLLECTIVES = {
+    "bcast_large": "bcast", "reduce_large": "reduce", "allreduce_large_min": "allreduce",
+    "allreduce_ring_min": "allreduce", "reduce_scatter_ring_min": "reduce_scatter", "allgather_ring_min": "allgather",
+}
 
 
 class _Config:
     def __init__(self) -> None:
         self.tuning: Tuning | None = None
         self.forced: dict[str, str] = {}
+        # The job's network (None: ranks share one host or one relay, where the measured thresholds hold)
+        self.network: cost_model.Network | None = None
+        self.ruled: frozenset[str] = frozenset()  # collectives whose thresholds were set by hand
         self.generation = 0  # bumped whenever the settings change (callers remember choices per generation)
 
     def load(self) -> None:
@@ -196,6 +222,9 @@ class _Config:
             )
         self.tuning = Tuning(**current.coll_knobs)
         self.forced = parse_forced(current.coll_algo)
+        shared = current.network is None or current.channel == "relay"  # a relay carries every rank's bytes
+        self.network = None if shared else cost_model.Network(*current.network)
+        self.ruled = frozenset(_KNOB_COLLECTIVES[k] for k in current.coll_knobs if k in _KNOB_COLLECTIVES)
         self.generation += 1
 
 
@@ -220,13 +249,23 @@ def tuning() -> Tuning:
     return _config.tuning
 
 
-def configure(forced: dict[str, str] | str | None = None, **knobs: int) -> None:
-    """Override algorithms and knobs for this process (tests, benchmarks). ``configure()`` resets."""
-    if forced is None and not knobs:
+_UNCHANGED: Any = object()
+
+
+def configure(
+    forced: dict[str, str] | str | None = None, network: cost_model.Network | None = _UNCHANGED, **knobs: int
+) -> None:
+    """Override algorithms, the network (None: one host) and knobs for this process (tests, benchmarks).
+
+    ``configure()`` resets."""
+    if forced is None and not knobs and network is _UNCHANGED:
         _config.load()
         return
     base = tuning()
     _config.tuning = replace(base, **knobs)
+    _config.ruled |= {_KNOB_COLLECTIVES[k] for k in knobs if k in _KNOB_COLLECTIVES}
+    if network is not _UNCHANGED:
+        _config.network = network
     if forced is not None:
         _config.forced = parse_forced(forced) if isinstance(forced, str) else dict(forced)
     _config.generation += 1
@@ -238,6 +277,12 @@ def reset() -> None:
 
 
 # ------------------------------------------------------------------- choice
+def _can_run(collective: str, algorithm: str, commute: bool, equal_blocks: bool) -> bool:
+    return (commute or (collective, algorithm) not in _NEEDS_COMMUTE) and (
+        equal_blocks or (collective, algorithm) not in _NEEDS_EQUAL_BLOCKS
+    )
+
+
 def server_forced() -> bool:
     """FMPI_COLL_ALGO asks for a server-side form somewhere (then ranks attach a provider whatever the channel)."""
     if _config.tuning is None:
@@ -255,14 +300,15 @@ def choose(
     """
     t = tuning()
     forced = _config.forced.get(collective)
-    if forced is not None:
-        ok = (commute or (collective, forced) not in _NEEDS_COMMUTE) and (
-            equal_blocks or (collective, forced) not in _NEEDS_EQUAL_BLOCKS
-        ) and (forced != "server" or server)
-        if ok:
-            return forced
+    if forced is not None and _can_run(collective, forced, commute, equal_blocks) and (forced != "server" or server):
+        return forced
     if server and collective in ("barrier", "allreduce"):
         return "server"
+    network = _config.network
+    if network is not None and size > 1 and collective in cost_model.COSTS and collective not in _config.ruled:
+        allowed = frozenset(a for a in cost_model.COSTS[collective] if _can_run(collective, a, commute, equal_blocks))
+        if allowed:
+            return cost_model.cheapest(collective, nbytes, size, network, allowed)
     if collective == "barrier":
         return "dissemination"
     if collective == "bcast":
@@ -299,6 +345,9 @@ def pick(collective: str, ch: Channel, opts: Any, nbytes: int, commute: bool = T
     """The algorithm ``run`` would run for this call (the same for any call of this communicator with equal
     arguments, as long as ``generation()`` stays the same)."""
     server = ch.server is not None and server_side.can_run(collective, ch, opts)
+    if collective == "allreduce" and commute and not server and "allreduce" not in (tuning() and _config.forced) \
+            and allreduce_hierarchical.worthwhile(ch, settings.current().ranks_per_node):
+        return "hierarchical"  # ranks share machines: one NIC's worth of bytes per machine (see that module)
     return choose(collective, nbytes, ch.size, commute, equal_blocks, server)
 
 
@@ -331,25 +380,7 @@ def alltoall_window(largest_block: int, size: int) -> int:
 
 
 __all__ = [
-    "ALGORITHMS",
-    "AllgatherOptions",
-    "AllreduceOptions",
-    "AlltoallOptions",
-    "BcastOptions",
-    "GatherOptions",
-    "ReduceOptions",
-    "ReduceScatterOptions",
-    "ScanOptions",
-    "ScatterOptions",
-    "Tuning",
-    "alltoall_window",
-    "choose",
-    "configure",
-    "generation",
-    "pick",
-    "prepare",
-    "reset",
-    "run",
-    "server_forced",
-    "tuning",
+    "ALGORITHMS", "AllgatherOptions", "AllreduceOptions", "AlltoallOptions", "BcastOptions", "GatherOptions", "ReduceOptions",
+    "ReduceScatterOptions", "ScanOptions", "ScatterOptions", "Tuning", "alltoall_window", "choose", "configure", "generation",
+    "pick", "prepare", "reset", "run", "server_forced", "tuning",
 ]

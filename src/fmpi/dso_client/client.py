@@ -10,7 +10,7 @@ Objects are sharded over the relay nodes by consistent hashing of their
 names (``hash_ring.py``: a ring with virtual nodes, the same on every rank),
 so each object lives on exactly one node and its methods stay linearizable;
 adding a node moves only about 1/(nodes) of the names. One connection per
-node (``dso_connection.py``), opened on first use; calls can be pipelined
+node (``node_connection.py``), opened on first use; calls can be pipelined
 (``*_async`` return a ``Pending``) and made from several threads.
 
 Values are bytes (or any buffer); numpy arrays travel as raw bytes with
@@ -21,8 +21,6 @@ and a mailbox item is never handed to a caller that stopped waiting.
 
 from __future__ import annotations
 
-import math
-import socket
 import threading
 import time
 from typing import Any, Callable, Sequence
@@ -30,16 +28,13 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..rendezvous.relay_connection import (
-    Aborted,
-    RelayConnection,
     RelayError,
-    open_with,
 )
-from ..rendezvous.urls import parse_relay_url, relay_addresses, relay_scheme
+from ..rendezvous.urls import relay_addresses, relay_scheme
 from ..util.retry import retry_until
-from ..wire.relay_protocol import Kind, encode
 from .hash_ring import HashRing
 from .node_connection import NodeConnection, Pending, SharedObjectError
+from .refs import CounterRef, MailboxRef, MapRef, no_value
 
 GRACE = 2.0  # how much longer than the server's timeout a client waits for the server's answer
 # What a restarting node answers until it is back and hosts the job again.
@@ -57,7 +52,7 @@ def parse_relay_urls(spec: str | Sequence[str]) -> list[tuple[str, int]]:
     return out
 
 
-def _scheme_of(spec: str | Sequence[str]) -> str:
+def scheme_of(spec: str | Sequence[str]) -> str:
     """'tls' when the relays are spoken to over TLS (tls://...), else 'tcp'."""
     first = spec if isinstance(spec, str) else (list(spec) or [""])[0]
     return relay_scheme(first)
@@ -84,7 +79,7 @@ class DsoClient:
         vnodes: int = 128,
     ) -> None:
         self.addresses = parse_relay_urls(relays)
-        self.scheme = _scheme_of(relays)
+        self.scheme = scheme_of(relays)
         self.job, self._token = job, token
         self.rank, self.size = rank, size
         self.timeout = timeout
@@ -221,13 +216,13 @@ class DsoClient:
         self.close()
 
     # ------------------------------------------------------------- objects
-    def mailbox(self, name: str) -> "MailboxRef":
+    def mailbox(self, name: str) -> MailboxRef:
         return MailboxRef(self, name)
 
-    def counter(self, name: str) -> "CounterRef":
+    def counter(self, name: str) -> CounterRef:
         return CounterRef(self, name)
 
-    def map(self, name: str) -> "MapRef":
+    def map(self, name: str) -> MapRef:
         return MapRef(self, name)
 
     def info(self, name: str) -> dict[str, Any]:
@@ -246,7 +241,7 @@ class DsoClient:
     ) -> Pending:
         rank, size = self._who(rank, size)
         args = {"rank": rank, "generation": generation, "n": size}
-        return self.call_async("barrier", name, "wait", args, timeout=timeout, blocking=True, convert=_none)
+        return self.call_async("barrier", name, "wait", args, timeout=timeout, blocking=True, convert=no_value)
 
     def barrier(self, name: str, generation: int, rank: int | None = None, *, size: int | None = None, timeout: float | None = None) -> None:
         """Return when all `size` ranks called it for this `generation` (one round trip; a repeated call counts once)."""
@@ -309,204 +304,3 @@ class DsoClient:
         if rank is None or size is None:
             raise ValueError("rank and size are needed (pass them, or give them to DsoClient)")
         return rank, size
-
-
-def _none(meta: dict, value: memoryview) -> None:
-    return None
-
-
-def _value(meta: dict, value: memoryview) -> bytes | None:
-    return bytes(value) if meta.get("found", True) else None
-
-
-class MailboxRef:
-    """A FIFO of byte strings: ``put`` never blocks, ``take`` waits while it is empty."""
-
-    def __init__(self, client: DsoClient, name: str) -> None:
-        self.client, self.name = client, name
-
-    def put(self, value: Any) -> None:
-        self.client.call("mailbox", self.name, "put", payload=value)
-
-    def put_async(self, value: Any) -> Pending:
-        return self.client.call_async("mailbox", self.name, "put", payload=value, convert=_none)
-
-    def take(self, timeout: float | None = None) -> bytes:
-        """The oldest item; waits up to `timeout` s (SharedObjectTimeout then; the item stays in the mailbox)."""
-        return self.client.call("mailbox", self.name, "take", timeout=timeout, blocking=True, convert=_value)
-
-    def take_nowait(self) -> bytes | None:
-        try:
-            return self.client.call("mailbox", self.name, "take", {"nowait": True}, convert=_value)
-        except SharedObjectError as exc:
-            if exc.code == "empty":
-                return None
-            raise
-
-    def size(self) -> int:
-        return int(self.client.call("mailbox", self.name, "size")[0]["n"])
-
-
-class CounterRef:
-    """An atomic int64."""
-
-    def __init__(self, client: DsoClient, name: str) -> None:
-        self.client, self.name = client, name
-
-    def add(self, delta: int = 1) -> int:
-        """Add `delta`; the new value."""
-        return int(self.client.call("counter", self.name, "add", {"delta": int(delta)})[0]["value"])
-
-    def get(self) -> int:
-        return int(self.client.call("counter", self.name, "get")[0]["value"])
-
-
-class MapRef:
-    """A map of str keys to byte strings."""
-
-    def __init__(self, client: DsoClient, name: str) -> None:
-        self.client, self.name = client, name
-
-    def put(self, key: str, value: Any) -> bool:
-        """Store `value` under `key`; whether it replaced a value."""
-        return bool(self.client.call("map", self.name, "put", {"key": key}, value)[0]["replaced"])
-
-    def put_async(self, key: str, value: Any) -> Pending:
-        return self.client.call_async("map", self.name, "put", {"key": key}, value, convert=_none)
-
-    def get(self, key: str) -> bytes | None:
-        return self.client.call("map", self.name, "get", {"key": key}, convert=_value)
-
-    def get_async(self, key: str) -> Pending:
-        return self.client.call_async("map", self.name, "get", {"key": key}, convert=_value)
-
-    def cas(self, key: str, expect: Any | None, new: Any | None) -> tuple[bool, bytes | None]:
-        """If the value under `key` is `expect` (None: absent), make it `new` (None: delete). (swapped, value now)."""
-        exp = b"" if expect is None else bytes(expect)
-        args = {"key": key, "expect_len": None if expect is None else len(exp), "delete": new is None}
-        payload = exp + (b"" if new is None else bytes(new))
-        meta, value = self.client.call("map", self.name, "cas", args, payload)
-        return bool(meta["swapped"]), bytes(value) if meta["found"] else None
-
-    def delete(self, key: str) -> bool:
-        return bool(self.client.call("map", self.name, "delete", {"key": key})[0]["found"])
-
-    def keys(self, prefix: str = "", limit: int = 10_000) -> list[str]:
-        return list(self.client.call("map", self.name, "keys", {"prefix": prefix, "limit": limit})[0]["keys"])
-
-    def count(self, prefix: str = "") -> int:
-        """How many keys start with `prefix`."""
-        return int(self.client.call("map", self.name, "keys", {"prefix": prefix, "limit": 0})[0]["total"])
-
-    def size(self) -> int:
-        return int(self.client.call("map", self.name, "size")[0]["n"])
-
-
-class DsoHost:
-    """Host a job's shared objects on relay nodes that do not hold the job (what a launcher does).
-
-    The relay a job was CREATEd on hosts its objects already; every other
-    node gets a DSO_CREATE. The objects live while this host's connections
-    are open: ``end()`` (or losing the connection) frees them, ``abort()``
-    fails every waiting call. A node that restarts is hosted again as soon
-    as it is back (its objects start empty: the ranks' collectives replay
-    what they need, see ``dso_collectives``); `on_event` hears about it.
-    """
-
-    def __init__(
-        self,
-        relays: str | Sequence[str],
-        job: str,
-        token: str,
-        *,
-        skip: Sequence[str] = (),
-        timeout: float = 10.0,
-        on_event: Callable[[str], None] | None = None,
-    ) -> None:
-        skipped = {parse_relay_url(s) for s in skip}
-        scheme = _scheme_of(relays)
-        self.job, self._token, self._timeout = job, token, timeout
-        self._on_event = on_event or (lambda _message: None)
-        self._lock = threading.Lock()
-        self._closed = False
-        self.conns: dict[str, RelayConnection] = {}
-        try:
-            for host, port in parse_relay_urls(relays):
-                if (host, port) not in skipped:
-                    url = f"{scheme}://{host}:{port}"
-                    self.conns[url] = self._host(url)
-        except BaseException:
-            self.close()
-            raise
-        for url in self.conns:
-            threading.Thread(target=self._keep, args=(url,), name="fmpi-dso-host", daemon=True).start()
-
-    def _host(self, url: str) -> RelayConnection:
-        return open_with(url, Kind.DSO_CREATE, {"job": self.job, "token": self._token}, self._timeout)
-
-    def _keep(self, url: str) -> None:
-        """Follow one node's connection; when the node restarts, host the job there again once it is back."""
-        while True:
-            with self._lock:
-                conn = self.conns.get(url)
-            if conn is None:
-                return  # closed
-            try:
-                while True:
-                    conn.recv(timeout=None)  # (nothing it sends matters here)
-            except Aborted:
-                return  # the ranks hear it too; the job is over
-            except (RelayError, OSError):
-                pass
-            if self._closed:
-                return
-            self._on_event(f"lost relay node {url}; hosting job {self.job} there again when it is back")
-
-            def attempt(url: str = url) -> RelayConnection | None:
-                return None if self._closed else self._host(url)
-
-            back = retry_until(attempt, math.inf, 0.1, lambda exc: isinstance(exc, (RelayError, OSError)))
-            if back is None:
-                return
-            with self._lock:
-                if self._closed:
-                    back.close()
-                    return
-                self.conns[url] = back
-            self._on_event(f"relay node {url} is back and hosts job {self.job} again")
-
-    def _each(self) -> list[RelayConnection]:
-        with self._lock:
-            return list(self.conns.values())
-
-    def abort(self, reason: str = "aborted", code: int = 1) -> None:
-        for conn in self._each():
-            try:
-                conn.sock.sendall(encode(Kind.ABORT, {"code": code, "reason": reason}))
-            except OSError:
-                pass
-
-    def end(self) -> None:
-        for conn in self._each():
-            try:
-                conn.sock.sendall(encode(Kind.END, {"job": self.job}))
-            except OSError:
-                pass
-        self.close()
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            conns, self.conns = list(self.conns.values()), {}
-        for conn in conns:
-            try:
-                conn.sock.shutdown(socket.SHUT_RDWR)  # (wakes the thread that follows it)
-            except OSError:
-                pass
-            conn.close()
-
-    def __enter__(self) -> "DsoHost":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.end()

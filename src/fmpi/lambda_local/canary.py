@@ -16,6 +16,7 @@ import subprocess
 import sys
 import warnings
 import zipfile
+from types import ModuleType
 
 TESTED_MOTO = ("5.2.1", "5.2.5")  # versions this shim was verified against
 
@@ -39,6 +40,26 @@ def check_moto_compat() -> None:
     if ver not in TESTED_MOTO:
         warnings.warn(f"lambda emulator: moto {ver} not in tested set {TESTED_MOTO}", stacklevel=2)
 
+    _check_invoke_path(models, responses, urls)
+    _check_function_attributes(models)
+
+    # 6. the role-propagation hook, and what it reads
+    params = list(inspect.signature(models.LambdaBackend.create_function).parameters)
+    if params != ["self", "spec"]:
+        _fail(f"LambdaBackend.create_function signature changed: {params}")
+    from moto.iam.models import IAMBackend, Role
+
+    if not callable(getattr(IAMBackend, "get_role_by_arn", None)) or "create_date" not in inspect.getsource(Role.__init__):
+        _fail("IAMBackend.get_role_by_arn / Role.create_date changed")
+
+    # 7. the in-process server API used by the fixture
+    for m in ("start", "stop", "get_host_and_port"):
+        if not hasattr(ThreadedMotoServer, m):
+            _fail(f"ThreadedMotoServer.{m} missing")
+
+
+def _check_invoke_path(models: ModuleType, responses: ModuleType, urls: ModuleType) -> None:
+    """The invoke path the emulator patches: the method, its callers, the response layer, the URL table."""
     # 1. the patched method: exists, same signature
     inv = getattr(models.LambdaFunction, "invoke", None)
     if inv is None:
@@ -62,12 +83,24 @@ def check_moto_compat() -> None:
         if needle not in rsrc:
             _fail(f"LambdaResponse.invoke changed (missing {needle!r})")
 
-    # 4. URL table we extend for GetAccountSettings
+    # 4. the request id moto stamps on every answer (x-amzn-requestid), which the emulator keeps for Invoke
+    #    (read on BaseResponse: the emulator, when it is up, overrides it on LambdaResponse only)
+    from moto.core import responses as core_responses
+
+    enrich = inspect.getattr_static(core_responses.BaseResponse, "_enrich_response", None)
+    stamp = getattr(core_responses, "gen_amzn_requestid_long", None)
+    if not isinstance(enrich, staticmethod) or stamp is None or "x-amzn-requestid" not in inspect.getsource(stamp):
+        _fail("BaseResponse._enrich_response no longer stamps x-amzn-requestid with gen_amzn_requestid_long")
+
+    # 5. URL table we extend for GetAccountSettings
     if not isinstance(getattr(urls, "url_paths", None), dict):
         _fail("moto.awslambda.urls.url_paths is not a dict any more")
     if not hasattr(responses.LambdaResponse, "dispatch"):
         _fail("LambdaResponse.dispatch missing")
 
+
+def _check_function_attributes(models: ModuleType) -> None:
+    """The attributes spec_from_moto() reads, on a real (unregistered) LambdaFunction."""
     # 5. attributes spec_from_moto() reads, on a real (unregistered) LambdaFunction
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:
@@ -96,23 +129,9 @@ def check_moto_compat() -> None:
             _fail(f"LayerVersion no longer sets {attr}")
     if "config" not in inspect.signature(models.EventInvokeConfig.__init__).parameters:
         _fail("EventInvokeConfig(config=...) changed")
-
-    # 6. the role-propagation hook, and what it reads
-    params = list(inspect.signature(models.LambdaBackend.create_function).parameters)
-    if params != ["self", "spec"]:
-        _fail(f"LambdaBackend.create_function signature changed: {params}")
-    from moto.iam.models import IAMBackend, Role
-
-    if not callable(getattr(IAMBackend, "get_role_by_arn", None)) or "create_date" not in inspect.getsource(Role.__init__):
-        _fail("IAMBackend.get_role_by_arn / Role.create_date changed")
     for attr in ("architectures", "ephemeral_storage"):
         if not hasattr(fn, attr):
             _fail(f"LambdaFunction has no attribute {attr!r}")
-
-    # 7. the in-process server API used by the fixture
-    for m in ("start", "stop", "get_host_and_port"):
-        if not hasattr(ThreadedMotoServer, m):
-            _fail(f"ThreadedMotoServer.{m} missing")
 
 
 def check_awslambdaric(python: str = sys.executable, runtime_site: str | None = None) -> str:

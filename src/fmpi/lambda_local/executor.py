@@ -42,10 +42,12 @@ import uuid
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import IO
 
 from ..lambda_runtime.runtimes import RUNTIMES, default_architecture
 from ..util import elf
 from .boot import BOOT
+from .report_lines import peak_memory_kb, write_report
 from .runtime_api import Invocation, RuntimeAPIServer
 from .sandbox import DEFAULT_TMP_MB, Sandbox, capabilities, make_read_only
 
@@ -158,8 +160,10 @@ class ProcessExecutor:
 
     def _sandbox(self, spec: FunctionSpec, request_id: str, code_roots: list[str]) -> Sandbox:
         """The invocation's confinement: its code read-only; what the runtime itself needs stays visible."""
+        # The emulator's own elf check (boot.py loads it by path) stays visible too: a checkout under /tmp
+        # (a CI clone made with mktemp -d) would otherwise vanish behind the function's private /tmp.
         keep = [self.work_dir, *([self.runtime_site] if self.runtime_site else []),
-                os.path.dirname(os.path.dirname(self.python))]
+                os.path.dirname(os.path.dirname(self.python)), os.path.dirname(elf.__file__)]
         return Sandbox(self.work_dir, request_id, spec.memory_mb, read_only=code_roots, keep=keep,
                        tmp_mb=spec.tmp_mb, enforce=self.enforce)
 
@@ -255,14 +259,9 @@ class ProcessExecutor:
 
     def _invoke_placed(self, spec: FunctionSpec, payload: bytes, request_id: str, client_context: str | None,
                        t_submit: float, placement: Placement) -> InvocationResult:
-        if not placement.run:
-            return InvocationResult(request_id, b"", "Unhandled", "Emulator.Dropped",
-                                    "invocation dropped by the emulator (never started)\n", {"submit": t_submit})
-        refused = self._refusal(spec)
+        refused = self._refused_before_start(spec, request_id, t_submit, placement)
         if refused is not None:
-            body = json.dumps({"errorType": "Runtime.Unavailable", "errorMessage": refused}).encode()
-            return InvocationResult(request_id, body, "Unhandled", "Runtime.Unavailable", refused + "\n",
-                                    {"submit": t_submit})
+            return refused
         task_root = self.task_root(spec)
         layer_roots = sorted({p.split(os.sep + "python")[0] for p in self.layer_paths(spec)})
         sandbox = self._sandbox(spec, request_id, [task_root, *layer_roots])
@@ -293,42 +292,17 @@ class ProcessExecutor:
         argv = sandbox.command([self.python, *(["-S"] if self.runtime_site else []), "-c", BOOT, spec.handler])
         if placement.netns:
             argv = ["ip", "netns", "exec", placement.netns, *argv]  # ip execs: same pid
-        vm_hwm_kb = None
         with open(log_path, "wb") as log_f:
             log_f.write(f"START RequestId: {request_id} Version: {spec.version}\n".encode())
             log_f.flush()
             t_spawn = time.time()
-            proc = subprocess.Popen(argv, cwd=task_root, env=env, stdin=subprocess.DEVNULL, preexec_fn=sandbox.enter,
-                                    stdout=log_f, stderr=subprocess.STDOUT, start_new_session=True)
-            with self._procs_lock:
-                self._procs[proc.pid] = proc
-
-            def reap() -> None:
-                rc = proc.wait()
-                how = f"signal: {signal.Signals(-rc).name.lower().removeprefix('sig')}" if rc < 0 else f"exit status {rc}"
-                kind = "Runtime.OutOfMemory" if sandbox.out_of_memory() else "Runtime.ExitError"
-                inv.finish("exit", json.dumps({
-                    "errorType": kind,
-                    "errorMessage": f"RequestId: {request_id} Error: Runtime exited with error: {how}",
-                }).encode(), kind)
-
-            reaper = threading.Thread(target=reap, daemon=True, name=f"reap-{proc.pid}")
-            reaper.start()
-            try:
-                self._wait(inv, spec, t_spawn)
-            finally:
-                vm_hwm_kb = _vm_hwm_kb(proc.pid)
-                _kill_group(proc)
-                sandbox.close()
-                reaper.join(timeout=5)
-                with self._procs_lock:
-                    self._procs.pop(proc.pid, None)
-                # httpd.shutdown() waits up to one poll interval: off the hot path.
-                threading.Thread(target=api.close, daemon=True).start()
+            pid, vm_hwm_kb = self._run_handler(argv, task_root, env, sandbox, inv, spec, log_f, t_spawn)
+            # httpd.shutdown() waits up to one poll interval: off the hot path.
+            threading.Thread(target=api.close, daemon=True).start()
             t_end = time.time()
             init_ms = ((api.first_next_at or t_end) - t_spawn) * 1000
             dur_ms = ((inv.finished_at or t_end) - (inv.delivered_at or t_end)) * 1000
-            _write_report(log_f, inv, spec, init_ms, dur_ms, vm_hwm_kb)
+            write_report(log_f, inv, spec, init_ms, dur_ms, vm_hwm_kb)
         shutil.rmtree(tmp_dir, ignore_errors=True)
         with open(log_path, "rb") as f:
             logs = f.read().decode("utf-8", "replace")
@@ -339,7 +313,7 @@ class ProcessExecutor:
             function_error="Unhandled" if error else None,
             error_type=inv.error_type if error else None,
             logs=logs,
-            pid=proc.pid,
+            pid=pid,
             timings={
                 "submit": t_submit, "spawn": t_spawn,
                 "init_done": api.first_next_at or 0.0,
@@ -350,6 +324,49 @@ class ProcessExecutor:
             },
         )
 
+    def _refused_before_start(self, spec: FunctionSpec, request_id: str, t_submit: float,
+                              placement: Placement) -> InvocationResult | None:
+        """The result of an invocation that never starts: dropped by a fault, or refused by the runtime check."""
+        if not placement.run:
+            return InvocationResult(request_id, b"", "Unhandled", "Emulator.Dropped",
+                                    "invocation dropped by the emulator (never started)\n", {"submit": t_submit})
+        refused = self._refusal(spec)
+        if refused is None:
+            return None
+        body = json.dumps({"errorType": "Runtime.Unavailable", "errorMessage": refused}).encode()
+        return InvocationResult(request_id, body, "Unhandled", "Runtime.Unavailable", refused + "\n",
+                                {"submit": t_submit})
+
+    def _run_handler(self, argv: list[str], task_root: str, env: dict[str, str], sandbox: Sandbox, inv: Invocation,
+                     spec: FunctionSpec, log_f: IO[bytes], t_spawn: float) -> tuple[int, int | None]:
+        """Run the handler process until the invocation ends; (pid, peak memory in kB). Nothing outlives it."""
+        proc = subprocess.Popen(argv, cwd=task_root, env=env, stdin=subprocess.DEVNULL, preexec_fn=sandbox.enter,
+                                stdout=log_f, stderr=subprocess.STDOUT, start_new_session=True)
+        with self._procs_lock:
+            self._procs[proc.pid] = proc
+
+        def reap() -> None:
+            rc = proc.wait()
+            how = f"signal: {signal.Signals(-rc).name.lower().removeprefix('sig')}" if rc < 0 else f"exit status {rc}"
+            kind = "Runtime.OutOfMemory" if sandbox.out_of_memory() else "Runtime.ExitError"
+            inv.finish("exit", json.dumps({
+                "errorType": kind,
+                "errorMessage": f"RequestId: {inv.request_id} Error: Runtime exited with error: {how}",
+            }).encode(), kind)
+
+        reaper = threading.Thread(target=reap, daemon=True, name=f"reap-{proc.pid}")
+        reaper.start()
+        try:
+            self._wait(inv, spec, t_spawn)
+        finally:
+            vm_hwm_kb = peak_memory_kb(proc.pid)
+            _kill_group(proc)
+            sandbox.close()
+            reaper.join(timeout=5)
+            with self._procs_lock:
+                self._procs.pop(proc.pid, None)
+        return proc.pid, vm_hwm_kb
+
     def close(self) -> None:
         """Kill every still-running handler process."""
         self._closed = True
@@ -357,19 +374,6 @@ class ProcessExecutor:
             procs = list(self._procs.values())
         for p in procs:
             _kill_group(p)
-
-
-def _write_report(log_f, inv: Invocation, spec: FunctionSpec, init_ms: float, dur_ms: float,
-                  vm_hwm_kb: int | None) -> None:
-    """The lines Lambda ends an invocation's log with (a timeout's, END, REPORT)."""
-    if inv.outcome == "timeout":
-        log_f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {inv.request_id} "
-                    f"Task timed out after {spec.timeout_s:.2f} seconds\n".encode())
-    log_f.write(f"END RequestId: {inv.request_id}\n".encode())
-    mem = f"{vm_hwm_kb // 1024} MB" if vm_hwm_kb else "n/a"
-    log_f.write((f"REPORT RequestId: {inv.request_id}\tDuration: {dur_ms:.2f} ms\t"
-                 f"Billed Duration: {int(dur_ms) + 1} ms\tMemory Size: {spec.memory_mb} MB\t"
-                 f"Max Memory Used: {mem}\tInit Duration: {init_ms:.2f} ms\n").encode())
 
 
 def _boot_env(spec: FunctionSpec, code_roots: list[str]) -> dict[str, str]:
@@ -390,14 +394,3 @@ def _kill_group(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)  # start_new_session=True: pgid == pid
     except ProcessLookupError:
         pass
-
-
-def _vm_hwm_kb(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
-    return None

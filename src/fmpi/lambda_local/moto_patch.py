@@ -16,6 +16,13 @@ asynchronous, and ranks that wait for each other would deadlock.
 moto's response layer stays in charge: it turns our return value into 202
 (Event), 204 (DryRun) or 200, and drops X-Amz-Log-Result unless LogType=Tail.
 
+An Invoke's answer carries the invocation's own request id (``x-amzn-requestid``,
+boto3's ``ResponseMetadata.RequestId``), the one the function sees as
+``aws_request_id`` and its START and REPORT lines carry, as on AWS; moto
+stamps a random one on every answer, so ``_enrich_response`` of
+``LambdaResponse`` keeps ours. (A retry or a second delivery of an Event
+invocation runs under an id of its own here; AWS keeps the first.)
+
 Also added: moto 5.2 has no GetAccountSettings route (404); we add the URL
 pattern and a ``LambdaResponse.get_account_settings`` method. And IAM's
 propagation delay: CreateFunction with a role created less than
@@ -31,10 +38,13 @@ internals no longer match these assumptions.
 from __future__ import annotations
 
 import base64
+import functools
+import inspect
 import json
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -43,7 +53,17 @@ from .executor import FunctionSpec, InvocationResult, ProcessExecutor
 
 log = logging.getLogger("lambda_emulator")
 
+REQUEST_ID = "x-amzn-requestid"  # the header boto3 reads as ResponseMetadata.RequestId
 ACCOUNT_SETTINGS_PATH = r"{0}/(?P<api_version>[^/]+)/account-settings/?$"
+
+
+def _too_many_requests() -> Exception:
+    from moto.core.exceptions import JsonRESTError
+
+    class TooManyRequestsException(JsonRESTError):
+        code = 429
+
+    return TooManyRequestsException("TooManyRequestsException", "Rate Exceeded.")
 
 
 def _hget(headers: Any, name: str, default: str | None = None) -> str | None:
@@ -78,6 +98,9 @@ class LambdaExecController:
         # Seconds an Event invocation waits in the queue before it starts (a cold start, throttling): tests
         # delay some ranks. As on AWS, one of $LATEST runs the code $LATEST has when it starts.
         self.start_delay: Callable[[bytes], float] | None = None
+        # Whether the Invoke API refuses this request with 429 TooManyRequestsException (the account's
+        # concurrency, the request rate or the scaling rule, as Lambda says it): tests throttle some ranks.
+        self.throttle: Callable[[bytes], bool] | None = None
 
     # --------------------------------------------------------------- install
     def install(self) -> None:
@@ -96,11 +119,24 @@ class LambdaExecController:
         models.LambdaFunction.invoke = invoke
         create = self._saved["create_function"] = models.LambdaBackend.create_function
 
-        def create_function(backend_self, spec):  # the same signature
+        @functools.wraps(create)  # (the canary, run while the emulator is up, reads the original's signature)
+        def create_function(backend_self, spec):
             ctrl._check_role_propagated(backend_self, spec.get("Role", ""))
             return create(backend_self, spec)
 
         models.LambdaBackend.create_function = create_function
+        enrich = self._saved["enrich"] = inspect.getattr_static(responses.LambdaResponse, "_enrich_response")
+
+        def enrich_response(headers, body):
+            # moto stamps every answer with a random request id; an Invoke's is the invocation's own, as on AWS
+            # (the id the function sees as its aws_request_id, in its START and REPORT lines)
+            kept = headers.get(REQUEST_ID)
+            headers, body = enrich.__func__(headers, body)
+            if kept:
+                headers[REQUEST_ID] = kept
+            return headers, body
+
+        responses.LambdaResponse._enrich_response = staticmethod(enrich_response)
 
         if not hasattr(responses.LambdaResponse, "get_account_settings"):
             def get_account_settings(resp_self):
@@ -119,6 +155,8 @@ class LambdaExecController:
             models.LambdaFunction.invoke = self._saved["invoke"]
         if "create_function" in self._saved:
             models.LambdaBackend.create_function = self._saved["create_function"]
+        if "enrich" in self._saved:
+            del responses.LambdaResponse._enrich_response  # (the inherited one again)
         if self._saved.get("get_account_settings"):
             del responses.LambdaResponse.get_account_settings
         if self._saved.get("url"):
@@ -189,10 +227,13 @@ class LambdaExecController:
         payload = body if isinstance(body, bytes) else (body or "{}").encode()
         if not payload.strip():
             payload = b"{}"
+        if self.throttle is not None and self.throttle(payload):
+            raise _too_many_requests()  # moto's response layer makes it a 429 with the error type
         spec = self.spec_from_moto(fn)  # a snapshot: a later update_function_code cannot race
         response_headers["x-amz-executed-version"] = spec.version
         if inv_type == "DryRun":
             return b""
+        request_id = response_headers[REQUEST_ID] = str(uuid.uuid4())
         client_ctx = _hget(request_headers, "X-Amz-Client-Context")
         if client_ctx:
             client_ctx = base64.b64decode(client_ctx).decode()
@@ -201,15 +242,17 @@ class LambdaExecController:
             if fn.event_invoke_config:
                 # moto appends on every put; the last one is the current one
                 retries = int(fn.event_invoke_config[-1].config.get("MaximumRetryAttempts", 2))
-            for _ in range(self.deliveries(payload) if self.deliveries else 1):
-                t = threading.Thread(target=self._run_async, args=(fn, spec, payload, retries, client_ctx, time.time()),
+            for delivery in range(self.deliveries(payload) if self.deliveries else 1):
+                # (a second delivery, run at the same time, gets an id of its own: its sandbox is its own)
+                rid = request_id if delivery == 0 else str(uuid.uuid4())
+                t = threading.Thread(target=self._run_async, args=(fn, spec, payload, retries, client_ctx, time.time(), rid),
                                      name=f"lambda-event-{spec.name}", daemon=True)
                 with self._lock:
                     self._threads.add(t)
                 t.start()
             return b""  # moto's response layer makes this a 202
         with self._slots:
-            res = self.executor.invoke(spec, payload, client_context=client_ctx)
+            res = self.executor.invoke(spec, payload, request_id=request_id, client_context=client_ctx)
         self._record(fn, spec, "RequestResponse", res, time.time())
         if res.function_error:
             response_headers["x-amz-function-error"] = res.function_error
@@ -217,7 +260,7 @@ class LambdaExecController:
         response_headers["x-amz-log-result"] = base64.b64encode(tail).decode()
         return res.payload
 
-    def _run_async(self, fn, spec, payload, retries, client_ctx, t_api) -> None:
+    def _run_async(self, fn, spec, payload, retries, client_ctx, t_api, request_id=None) -> None:
         try:
             delay = self.start_delay(payload) if self.start_delay else 0.0
             if delay > 0:
@@ -228,8 +271,10 @@ class LambdaExecController:
                     fn = lambda_backends[fn.account_id][fn.region].get_function(fn.function_name)
                     spec = self.spec_from_moto(fn)
             for attempt in range(retries + 1):
+                # The first attempt runs under the id Invoke answered (a retry gets a new one here; AWS keeps it)
+                rid = request_id if attempt == 0 else None
                 with self._slots:
-                    res = self.executor.invoke(spec, payload, client_context=client_ctx)
+                    res = self.executor.invoke(spec, payload, request_id=rid, client_context=client_ctx)
                 self._record(fn, spec, "Event", res, t_api, attempt)
                 if not res.function_error or res.error_type == "Emulator.Dropped":
                     break

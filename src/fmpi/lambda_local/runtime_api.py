@@ -162,69 +162,81 @@ def _make_handler(server: RuntimeAPIServer) -> type[BaseHTTPRequestHandler]:
             return self.rfile.read(n) if n else b""
 
         def do_GET(self) -> None:
-            if self.path != f"{PREFIX}/invocation/next":
-                return self._reply(404, b'{"errorType":"NotFound"}')
-            if server.first_next_at is None:
-                server.first_next_at = time.time()
-            while True:
-                try:
-                    inv = server._queue.get(timeout=0.5)
-                except queue.Empty:
-                    if server._closed.is_set():
-                        return self._reply(500, b'{"errorType":"ShuttingDown"}')
-                    continue
-                if inv is None:
-                    return self._reply(500, b'{"errorType":"ShuttingDown"}')
-                break
-            now = time.time()
-            inv.delivered_at = now
-            inv.deadline_ms = int((now + inv.timeout_s) * 1000)
-            server._current[inv.request_id] = inv
-            inv.delivered.set()
-            headers = {
-                "Content-Type": "application/json",
-                "Lambda-Runtime-Aws-Request-Id": inv.request_id,
-                "Lambda-Runtime-Deadline-Ms": str(inv.deadline_ms),
-                "Lambda-Runtime-Invoked-Function-Arn": inv.function_arn,
-                "Lambda-Runtime-Trace-Id": inv.trace_id,
-            }
-            if inv.client_context:
-                headers["Lambda-Runtime-Client-Context"] = inv.client_context
-            self._reply(200, inv.payload, headers)
+            self._reply(*_next_invocation(server, self.path))
 
         def do_POST(self) -> None:
             body = self._body()
-            etype = self.headers.get("Lambda-Runtime-Function-Error-Type")
-            if self.path == f"{PREFIX}/init/error":
-                server.init_error = (body, etype)
-                for inv in list(server._pending):  # fail what waits for this environment
-                    inv.finish("init_error", body, etype)
-                return self._reply(202, b'{"status":"OK"}')
-            parts = self.path.split("/")  # ['', '2018-06-01', 'runtime', 'invocation', id, 'response'|'error']
-            if len(parts) == 6 and parts[3] == "invocation" and parts[5] in ("response", "error"):
-                inv = server._current.get(parts[4])
-                if inv is None:
-                    return self._reply(400, b'{"errorType":"InvalidRequestID","errorMessage":"unknown request id"}')
-                outcome = "response" if parts[5] == "response" else "error"
-                if outcome == "error" and not etype:
-                    # awslambdaric's C client sends no Lambda-Runtime-Function-Error-Type
-                    # header: the error type is in the body.
-                    try:
-                        etype = json.loads(body).get("errorType")
-                    except (ValueError, AttributeError):
-                        etype = "Unhandled"
-                if outcome == "response" and len(body) > MAX_RESPONSE:
-                    inv.finish(
-                        "error",
-                        json.dumps({
-                            "errorType": "Function.ResponseSizeTooLarge",
-                            "errorMessage": f"Response payload size exceeded maximum allowed payload size ({MAX_RESPONSE} bytes).",
-                        }).encode(),
-                        "Function.ResponseSizeTooLarge",
-                    )
-                    return self._reply(413, b'{"errorType":"RequestEntityTooLarge"}')
-                inv.finish(outcome, body, etype)
-                return self._reply(202, b'{"status":"OK"}')
-            return self._reply(404, b'{"errorType":"NotFound"}')
+            self._reply(*_post(server, self.path, body, self.headers.get("Lambda-Runtime-Function-Error-Type")))
 
     return Handler
+
+
+Reply = tuple[int, bytes, dict[str, str]]
+
+
+def _next_invocation(server: RuntimeAPIServer, path: str) -> Reply:
+    """GET .../invocation/next: block until an invocation is queued, then deliver it with its deadline."""
+    if path != f"{PREFIX}/invocation/next":
+        return 404, b'{"errorType":"NotFound"}', {}
+    if server.first_next_at is None:
+        server.first_next_at = time.time()
+    while True:
+        try:
+            inv = server._queue.get(timeout=0.5)
+        except queue.Empty:
+            if server._closed.is_set():
+                return 500, b'{"errorType":"ShuttingDown"}', {}
+            continue
+        if inv is None:
+            return 500, b'{"errorType":"ShuttingDown"}', {}
+        break
+    now = time.time()
+    inv.delivered_at = now
+    inv.deadline_ms = int((now + inv.timeout_s) * 1000)
+    server._current[inv.request_id] = inv
+    inv.delivered.set()
+    headers = {
+        "Content-Type": "application/json",
+        "Lambda-Runtime-Aws-Request-Id": inv.request_id,
+        "Lambda-Runtime-Deadline-Ms": str(inv.deadline_ms),
+        "Lambda-Runtime-Invoked-Function-Arn": inv.function_arn,
+        "Lambda-Runtime-Trace-Id": inv.trace_id,
+    }
+    if inv.client_context:
+        headers["Lambda-Runtime-Client-Context"] = inv.client_context
+    return 200, inv.payload, headers
+
+
+def _post(server: RuntimeAPIServer, path: str, body: bytes, etype: str | None) -> Reply:
+    """POST of an init error, or of an invocation's response or error."""
+    accepted = (202, b'{"status":"OK"}', {})
+    if path == f"{PREFIX}/init/error":
+        server.init_error = (body, etype)
+        for inv in list(server._pending):  # fail what waits for this environment
+            inv.finish("init_error", body, etype)
+        return accepted
+    parts = path.split("/")  # ['', '2018-06-01', 'runtime', 'invocation', id, 'response'|'error']
+    if not (len(parts) == 6 and parts[3] == "invocation" and parts[5] in ("response", "error")):
+        return 404, b'{"errorType":"NotFound"}', {}
+    inv = server._current.get(parts[4])
+    if inv is None:
+        return 400, b'{"errorType":"InvalidRequestID","errorMessage":"unknown request id"}', {}
+    outcome = "response" if parts[5] == "response" else "error"
+    if outcome == "error" and not etype:
+        # awslambdaric's C client sends no Lambda-Runtime-Function-Error-Type header: the error type is in the body.
+        try:
+            etype = json.loads(body).get("errorType")
+        except (ValueError, AttributeError):
+            etype = "Unhandled"
+    if outcome == "response" and len(body) > MAX_RESPONSE:
+        inv.finish(
+            "error",
+            json.dumps({
+                "errorType": "Function.ResponseSizeTooLarge",
+                "errorMessage": f"Response payload size exceeded maximum allowed payload size ({MAX_RESPONSE} bytes).",
+            }).encode(),
+            "Function.ResponseSizeTooLarge",
+        )
+        return 413, b'{"errorType":"RequestEntityTooLarge"}', {}
+    inv.finish(outcome, body, etype)
+    return accepted

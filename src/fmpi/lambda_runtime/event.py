@@ -1,14 +1,20 @@
 """The event that starts one rank on Lambda: a ``RankSpec`` plus what to run and until when.
 
     {"fmpi": 1,
-     "job": ..., "rank": 3, "size": 8, "relay": "tcp://...", "token": ...,   # the RankSpec
+     "job": ..., "rank": 3, "size": 8, "relay": "tcp://...", "token": ...,   # the RankSpec (rank -1: a spare)
      "incarnation": ..., "fill_timeout": 60.0,
      "deadline": 1767225600.0,          # epoch seconds: the world must be full by then
      "program": {"script": "train.py", "args": ["--epochs", "3"]},   # or {"module": "pkg.main", ...}
      "fanout": {"ranks": [0, 64], "arity": 8},                      # optional: invoke ranks 1..63 too
+     "per_function": 4,                                             # optional: this invocation runs ranks 3..6
      "env": {"FMPI_CHANNEL": "relay", "MY_VAR": "1"},                # optional: the program's environment
      "tls_ca": "-----BEGIN CERTIFICATE-----...",                    # optional: the CA of a tls:// relay
      "log_output": false}                                           # optional: no program output to CloudWatch
+
+``per_function`` (fmpirun --ranks-per-function K): the invocation runs
+ranks ``rank .. rank+K-1`` (fewer at the world's end): itself in-process and
+the others as processes it starts (``siblings``); the fan-out tree then splits
+its blocks on function boundaries, so every block starts with a function.
 
 ``env`` carries fmpirun's ``-x VAR`` / ``--env VAR=VALUE`` and its FMPI_*
 tuning variables: a function has no environment of the launcher's.
@@ -32,6 +38,8 @@ from ..rank.spec import RankSpec, SpecError
 
 EVENT_VERSION = 1
 CODE_DIR = "app"  # the program's directory inside the deployment zip
+# mpi4py's pure-Python modules (futures, util, run) inside the zip, for the shim to load against fmpi.MPI
+MPI4PY_PYTHON_DIR = "fmpi_mpi4py"
 # Rank -> launcher progress reports ride on OUTPUT frames of this stream name.
 STATUS_STREAM = "fmpi.status"
 
@@ -107,27 +115,35 @@ class Fanout:
     lo: int
     hi: int
     arity: int
+    step: int = 1  # ranks per function: a subtree starts on a function's first rank
 
     def __post_init__(self) -> None:
         if not 0 <= self.lo < self.hi:
             raise EventError(f"fanout range [{self.lo}, {self.hi}) is empty or negative")
         if self.arity < 1:
             raise EventError(f"fanout arity must be at least 1, not {self.arity}")
+        if self.step < 1 or self.lo % self.step:
+            raise EventError(f"fanout range starts at {self.lo}, not on a function of {self.step} ranks")
 
     def children(self) -> list[Fanout]:
-        """Split the rest of the subtree (lo+1..hi-1) into at most `arity` contiguous subtrees."""
-        return split(self.lo + 1, self.hi, self.arity)
+        """Split the rest of the subtree (the functions after this one's) into at most `arity` contiguous subtrees."""
+        return split(self.lo + self.step, self.hi, self.arity, self.step)
+
+    @property
+    def functions(self) -> int:
+        return -(-(self.hi - self.lo) // self.step)
 
 
-def split(lo: int, hi: int, arity: int) -> list[Fanout]:
-    """Ranks lo..hi-1 as at most `arity` contiguous subtrees of nearly equal size."""
-    n = hi - lo
+def split(lo: int, hi: int, arity: int, step: int = 1) -> list[Fanout]:
+    """Ranks lo..hi-1 (lo on a function's first rank) as at most `arity` contiguous subtrees of nearly equal
+    numbers of functions of `step` ranks (the last function of the world may hold fewer)."""
+    first, n = lo // step, -(-(hi - lo) // step)
     if n <= 0:
         return []
     parts = min(arity, n)
-    step = n / parts
-    bounds = [lo + math.floor(i * step) for i in range(parts)] + [hi]
-    return [Fanout(bounds[i], bounds[i + 1], arity) for i in range(parts)]
+    size = n / parts
+    bounds = [(first + math.floor(i * size)) * step for i in range(parts)] + [hi]
+    return [Fanout(bounds[i], min(bounds[i + 1], hi), arity, step) for i in range(parts)]
 
 
 @dataclass(frozen=True)
@@ -139,8 +155,13 @@ class RankEvent:
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)  # the program's environment (and FMPI_*)
     tls_ca: str | None = None  # PEM of the CA a tls:// relay's certificate is signed by
     log_output: bool = True  # also write the program's output to the function's log (CloudWatch)
+    per_function: int = 1  # ranks this invocation runs (fmpirun --ranks-per-function), itself first
 
     def __post_init__(self) -> None:
+        if self.per_function < 1:
+            raise EventError(f"'per_function' must be at least 1, not {self.per_function}")
+        if self.per_function > 1 and self.spec.rank < 0:
+            raise EventError("a spare (rank -1) runs one rank: 'per_function' must be 1")
         if self.fanout is not None:
             if self.fanout.lo != self.spec.rank:
                 raise EventError(f"fanout range starts at {self.fanout.lo}, but this is rank {self.spec.rank}")
@@ -159,12 +180,30 @@ class RankEvent:
             event["tls_ca"] = self.tls_ca
         if not self.log_output:
             event["log_output"] = False
+        if self.per_function > 1:
+            event["per_function"] = self.per_function
         return event
+
+    @property
+    def local_ranks(self) -> range:
+        """The ranks this invocation runs: itself, then the ones its sibling processes run."""
+        return range(self.spec.rank, min(self.spec.rank + self.per_function, self.spec.size))
 
     def for_subtree(self, sub: Fanout) -> RankEvent:
         """The event of the rank heading subtree `sub` (a fresh incarnation: a new invocation)."""
         spec = dataclasses.replace(self.spec, rank=sub.lo, incarnation=uuid.uuid4().hex)
-        return dataclasses.replace(self, spec=spec, fanout=sub if sub.hi - sub.lo > 1 else None)
+        return dataclasses.replace(self, spec=spec, fanout=sub if sub.functions > 1 else None)
+
+    def for_sibling(self, rank: int) -> RankEvent:
+        """The event a sibling process runs: one rank of this invocation's, no subtree, no siblings of its own."""
+        spec = dataclasses.replace(self.spec, rank=rank, incarnation=uuid.uuid4().hex)
+        return dataclasses.replace(self, spec=spec, fanout=None, per_function=1)
+
+    def spare(self) -> RankEvent:
+        """The event of a spare rank (``fmpirun --spare``): it takes whichever slot is free when it joins, or, once
+        the world is complete, exits at once (a fresh incarnation: a new invocation)."""
+        spec = dataclasses.replace(self.spec, rank=-1, incarnation=uuid.uuid4().hex)
+        return dataclasses.replace(self, spec=spec, fanout=None)
 
     @classmethod
     def from_event(cls, event: Any) -> RankEvent:
@@ -182,18 +221,19 @@ class RankEvent:
             spec = RankSpec.from_mapping(event, "event")
         except SpecError as exc:
             raise EventError(str(exc)) from None
-        if spec.rank < 0:
-            raise EventError("a Lambda rank event must name its rank slot (rank >= 0)")
         deadline = event.get("deadline")
         if not isinstance(deadline, (int, float)) or isinstance(deadline, bool) or not math.isfinite(deadline):
             raise EventError("rank event lacks 'deadline' (epoch seconds by which the world must be full)")
         program = Program.from_json(event.get("program"))
+        per_function = event.get("per_function", 1)
+        if not isinstance(per_function, int) or isinstance(per_function, bool):
+            raise EventError("'per_function' must be an integer")
         fanout = None
         raw = event.get("fanout")
         if raw is not None:
             try:
                 lo, hi = raw["ranks"]
-                fanout = Fanout(int(lo), int(hi), int(raw.get("arity", 2)))
+                fanout = Fanout(int(lo), int(hi), int(raw.get("arity", 2)), max(1, per_function))
             except (TypeError, ValueError, KeyError):
                 raise EventError("fanout must be {'ranks': [lo, hi], 'arity': k}") from None
         env = check_environment(event.get("env") or {})
@@ -203,4 +243,4 @@ class RankEvent:
         log_output = event.get("log_output", True)
         if not isinstance(log_output, bool):
             raise EventError("'log_output' must be true or false")
-        return cls(spec, program, float(deadline), fanout, env, tls_ca, log_output)
+        return cls(spec, program, float(deadline), fanout, env, tls_ca, log_output, per_function)

@@ -5,7 +5,8 @@
 1. validates the event (``RankEvent.from_event``); a malformed event ends
    the invocation with one clean function error, ``InvalidRankEvent``;
 2. logs with aws-lambda-powertools (job id and rank on every line);
-3. invokes its subtree of the invocation tree, if it heads one;
+3. invokes its subtree of the invocation tree, if it heads one, and starts the invocation's
+   other ranks as processes (``siblings``: --ranks-per-function), reaped before it returns;
 4. joins the job through the same bootstrap every rank uses;
 5. runs the program as ``__main__`` with ``sys.argv`` set, its stdout and
    stderr forwarded to the launcher through the relay as they are written;
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import math
 import os
 import runpy
@@ -41,6 +41,7 @@ from .. import set_remaining_time_source
 from ..api.exceptions import cause_of
 from ..rank import join as bootstrap
 from ..rendezvous.relay_connection import RelayError
+from ..util import usage
 from ..wire.relay_protocol import Kind, abort_body
 from .event import (
     CODE_DIR,
@@ -50,9 +51,12 @@ from .event import (
     Fanout,
     RankEvent,
 )
+from .logger import get_logger as _get_logger
 from .output import ForwardedOutput
 from .ping import is_ping, pong
 from .process_state import ProgramState, RankEnvironment
+from .siblings import NODE_VARIABLE, Siblings
+from .throttling import invoke_with_backoff
 
 HANDLER = "fmpi.lambda_runtime.handler.handler"
 BUNDLE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding the fmpi package (the task root)
@@ -60,8 +64,8 @@ WATCHDOG_MARGIN = 1.0  # seconds before the function timeout at which the rank a
 FANOUT_WORKERS = 8
 # In the function's log line of a rank that could not join: fmpirun looks for it (with the job id) in CloudWatch.
 JOIN_FAILED = "fmpi_join_failed"
-
-_logger: Any = None
+# In the function's log line of a spare rank that found the world complete: fmpirun reads its request id from it.
+NOT_NEEDED = "fmpi_spare_not_needed"
 
 #: A job stopped by a rank's function timeout ends with this status, as timeout(1) does (fmpirun --max-runtime
 #: then continues from the newest complete checkpoint, if the launch made one).
@@ -84,6 +88,10 @@ def handler(event: Any, context: Any) -> dict[str, Any]:
     except EventError as exc:
         log.error(f"invalid rank event: {exc}")
         raise InvalidRankEvent(str(exc)) from None
+    if not getattr(context, "fmpi_sibling", False):  # (a sibling keeps its head's: one function, one node)
+        node = {NODE_VARIABLE: f"{request.spec.job}/{request.spec.incarnation}",
+                **({"FMPI_RANKS_PER_NODE": str(request.per_function)} if request.per_function > 1 else {})}
+        request = dataclasses.replace(request, env={**request.env, **node})
     keys = {
         "job": request.spec.job,
         "rank": request.spec.rank,
@@ -110,6 +118,7 @@ class _Rank:
         self.rank = request.spec.rank
         self.timings: dict[str, float] = {}
         self.children: dict[str, Any] = {}
+        self.session: bootstrap.RankSession | None = None  # (for the siblings' crash reports)
         # The time this invocation has in all: about the function's timeout.
         self.limit = context.get_remaining_time_in_millis() / 1000.0 if context is not None else math.inf
 
@@ -126,8 +135,25 @@ class _Rank:
         }
 
     def run(self) -> dict[str, Any]:
+        if len(self.request.local_ranks) == 1:
+            return self._run()
+        siblings, result = Siblings(self.request, self.context, self._abort_for_sibling, BUNDLE_ROOT).start(), {}
+        try:
+            result = self._run()
+            return result
+        finally:  # (also when this rank failed: no sibling outlives the invocation)
+            result["siblings"] = {str(rank): code for rank, code in siblings.end().items()}
+            self.log.info("siblings ended", extra={"siblings": result["siblings"]})
+
+    def _abort_for_sibling(self, reason: str) -> None:
+        self.log.error(reason)
+        if self.session is not None:
+            _quiet(self.session.send_to_relay, Kind.ABORT, abort_body(1, reason))
+
+    def _run(self) -> dict[str, Any]:
         request = self.request
         self.log.info("rank invoked")
+        usage.reset()  # (a warm sandbox: the previous invocation's checkpoint requests are not this one's)
         fanout_thread = None
         if request.fanout is not None:
             fanout_thread = threading.Thread(target=self._invoke_subtree, args=(request.fanout,), name="fmpi-fanout")
@@ -139,9 +165,15 @@ class _Rank:
             return self.summary("expired", exit_status=None)
         spec = dataclasses.replace(request.spec, fill_timeout=max(0.1, remaining))
         try:
-            session = bootstrap.join(spec)
+            session = self._join(spec)
         except RelayError as exc:
             self._join_thread(fanout_thread)
+            if exc.code in ("duplicate", "closed") and self.rank == -1:
+                # A spare that came too late: the world is complete without it. One line fmpirun finds (with the
+                # job id and this request id) to report what this invocation was billed.
+                self.log.info(f"{NOT_NEEDED}: a spare of job {request.spec.job} was not needed "
+                              f"(request {getattr(self.context, 'aws_request_id', None)}): {exc}")
+                return self.summary("not_needed", exit_status=None, message=str(exc))
             if exc.code == "duplicate":
                 self.log.warning(f"duplicate invocation refused at rendezvous: {exc}")
                 return self.summary("duplicate", exit_status=None, message=str(exc))
@@ -149,6 +181,8 @@ class _Rank:
             self.log.error(f"{JOIN_FAILED}: rank {self.rank} of job {request.spec.job} could not join: {exc}")
             return self.summary("not_joined", exit_status=None, message=str(exc), code=exc.code)
         self.timings["join"] = round(time.time() - self.started, 6)
+        self.rank = session.rank  # (a spare learns its slot here)
+        self.session = session
         self._join_thread(fanout_thread)
         self.log.info("joined the job", extra={"world_size": session.size})
         with ProgramState(request, BUNDLE_ROOT / CODE_DIR), _RemainingTime(self.context):
@@ -164,7 +198,7 @@ class _Rank:
             session.send_to_relay(Kind.OUTPUT, {"stream": stream, "data": data})
 
         _initialize_mpi(session)
-        status = {"linked": 1}
+        status: dict[str, Any] = {"linked": 1, **self._invocation()}
         if self.children:
             status["invoked"] = self.children.get("invoked", 0)
         _quiet(send, STATUS_STREAM, json.dumps(status))
@@ -181,6 +215,11 @@ class _Rank:
                 out.flush()
         moved = _bytes_moved(session)
         links = _quiet(session.engine.link_stats) if hasattr(session.engine, "link_stats") else _quiet(session.engine.link_summary)
+        # What the job's cost report needs from this rank, sent before the rank finalizes (then the relay forgets it).
+        final = {"final": {**self._invocation(), "exit_status": code, "bytes": moved,
+                           "timings": {**self.timings, "total": round(time.time() - self.started, 6)},
+                           "requests": usage.snapshot()}}
+        _quiet(send, STATUS_STREAM, json.dumps(final))
         if error is not None:
             reason = f"uncaught {type(error).__name__} on rank {self.rank}: {error}"
             self.log.error(f"the program raised: {reason}")
@@ -189,6 +228,25 @@ class _Rank:
             self.log.info("program finished", extra={"exit_status": code})
             _end_session(session, code)
         return self.summary("finished", exit_status=code, bytes=moved, links=links)
+
+    def _join(self, spec: Any) -> bootstrap.RankSession:
+        try:
+            return bootstrap.join(spec)
+        except RelayError as exc:
+            taken_by_another = "already registered" in str(exc) and spec.incarnation not in str(exc)
+            if exc.code != "duplicate" or spec.rank == -1 or not taken_by_another:
+                raise  # (this very invocation delivered twice: a duplicate, refused as such)
+            # A spare (fmpirun --spare) came first and took this slot: any free slot will do, so the world does
+            # not wait for a straggler's slot instead. The incarnation stays: a second delivery of this same
+            # event is still refused, and once the world is complete this one exits as a spare not needed.
+            self.log.info(f"slot {spec.rank} was taken by a spare: joining in any free slot ({exc})")
+            self.rank = -1
+            return bootstrap.join(dataclasses.replace(spec, rank=-1))
+
+    def _invocation(self) -> dict[str, Any]:
+        """Which invocation this is: its request id finds its REPORT line (billed duration) in its log stream."""
+        return {"request_id": getattr(self.context, "aws_request_id", None),
+                "log_stream": getattr(self.context, "log_stream_name", None)}
 
     def _timeout_abort(self, session: bootstrap.RankSession, out: ForwardedOutput) -> None:
         limit = self.limit
@@ -213,15 +271,21 @@ class _Rank:
             import boto3
             from botocore.config import Config
 
-            client = boto3.client("lambda", config=Config(max_pool_connections=FANOUT_WORKERS, retries={"mode": "standard"}))
+            # (throttles are retried by invoke_with_backoff, not by botocore: one bounded layer, as fmpirun's)
+            client = boto3.client("lambda", config=Config(max_pool_connections=FANOUT_WORKERS,
+                                                          retries={"mode": "standard", "total_max_attempts": 1}))
             target = self.context.invoked_function_arn
 
             def invoke(sub: Fanout) -> None:
                 payload = json.dumps(self.request.for_subtree(sub).to_event())
                 try:
-                    client.invoke(FunctionName=target, InvocationType="Event", Payload=payload)
+                    reply = invoke_with_backoff(lambda: client.invoke(FunctionName=target, InvocationType="Event", Payload=payload))
                 except Exception as exc:  # noqa: BLE001 - reported, and the launcher names the missing ranks
                     failed[f"{sub.lo}-{sub.hi - 1}"] = str(exc)
+                    return
+                # (a rank of it that never joins is found by this line: fmpirun names this invocation's log)
+                self.log.info(f"invoked ranks {sub.lo}-{sub.hi - 1}: request id "
+                              f"{reply.get('ResponseMetadata', {}).get('RequestId')}")
 
             with ThreadPoolExecutor(min(FANOUT_WORKERS, len(children)) or 1) as pool:
                 list(pool.map(invoke, children))
@@ -300,9 +364,6 @@ class _RemainingTime:
         set_remaining_time_source(None)
 
 
-# ---------------------------------------------------------------------- MPI state
-
-
 def _initialize_mpi(session: bootstrap.RankSession) -> None:
     """Make `session` (joined by the handler, so it could handle a refused join) this process's MPI world."""
     from ..api import runtime
@@ -330,48 +391,8 @@ def _bytes_moved(session: bootstrap.RankSession) -> dict[str, int]:
     return dict(session.engine.traffic())  # links and the relay connection
 
 
-# ------------------------------------------------------------------------ helpers
-
-
 def _quiet(fn, *args):
     try:
         return fn(*args)
     except Exception:  # noqa: BLE001 - reporting must never fail a rank
         return None
-
-
-def _get_logger() -> Any:
-    global _logger
-    if _logger is None:
-        try:
-            from aws_lambda_powertools import Logger
-
-            _logger = Logger(service="fmpi-rank", stream=sys.stdout)
-        except ImportError:  # not bundled: plain JSON lines with the same keys
-            _logger = _FallbackLogger()
-    return _logger
-
-
-class _FallbackLogger:
-    def __init__(self) -> None:
-        self._keys: dict[str, Any] = {}
-        self._log = logging.getLogger("fmpi-rank")
-
-    def append_keys(self, **keys: Any) -> None:
-        self._keys.update(keys)
-
-    def remove_keys(self, names: list[str]) -> None:
-        for name in names:
-            self._keys.pop(name, None)
-
-    def _emit(self, level: str, message: str, extra: dict | None = None) -> None:
-        print(json.dumps({"level": level, "message": message, "service": "fmpi-rank", **self._keys, **(extra or {})}), file=sys.stdout)
-
-    def info(self, message: str, extra: dict | None = None) -> None:
-        self._emit("INFO", message, extra)
-
-    def warning(self, message: str, extra: dict | None = None) -> None:
-        self._emit("WARNING", message, extra)
-
-    def error(self, message: str, extra: dict | None = None) -> None:
-        self._emit("ERROR", message, extra)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .. import settings
 from ..rank.shim_path import SHIM_DIR
-from .event import RankEvent
+from .event import MPI4PY_PYTHON_DIR, RankEvent
 
 TLS_CA_VARIABLE = "FMPI_TLS_CA"
 
@@ -79,6 +79,9 @@ class ProgramState:
             first = str((self.code_dir / program.script).parent)
         sys.argv = program.argv
         sys.path[0:0] = [first, SHIM_DIR] if first == str(self.code_dir) else [first, str(self.code_dir), SHIM_DIR]
+        mpi4py_python = self.code_dir.parent / MPI4PY_PYTHON_DIR  # (after the shim: its MPI is fmpi's)
+        if mpi4py_python.is_dir():
+            sys.path.insert(sys.path.index(SHIM_DIR) + 1, str(mpi4py_python))
         if self.code_dir.is_dir():
             os.chdir(self.code_dir)
         return self

@@ -24,6 +24,7 @@ from pathlib import Path
 from .. import settings
 from ..rank.shim_path import SHIM_DIR
 from ..rank.spec import (
+    DEFAULT_FILL_TIMEOUT,
     RankSpec,
     SpecError,
     check_relay_url,
@@ -66,6 +67,8 @@ def resolve_command(command: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.fill_timeout is None:
+        args.fill_timeout = default_fill_timeout(args.backend, args.n or 0)
     closed_output.arm()
     try:
         if args.join:
@@ -96,13 +99,14 @@ def _default_checkpoint_url(args: argparse.Namespace) -> str:
     return default_checkpoint_url(args)
 
 
-def _launch(args: argparse.Namespace) -> int:
-    if args.cleanup:
-        if args.backend == "local":
-            raise UsageError("--cleanup removes what fmpirun created on AWS: use it with --backend lambda or localstack")
-        from .lambda_backend.launch import run as run_lambda
+def default_fill_timeout(backend: str, n: int) -> float:
+    """--fill-timeout when not given: 60 s, and for local ranks at least half a second each (256 Pythons
+    starting on 2 busy cores took over a minute to join; a rank process that was started does join)."""
+    return max(DEFAULT_FILL_TIMEOUT, 0.5 * n) if backend == "local" else DEFAULT_FILL_TIMEOUT
 
-        return run_lambda(args)
+
+def _check_launch_args(args: argparse.Namespace) -> None:
+    """Usage errors of a launch that no backend needs to see first (one line, status 2)."""
     if args.n is None:
         raise UsageError("the number of ranks is required: -n N")
     if args.n < 1:
@@ -114,6 +118,29 @@ def _launch(args: argparse.Namespace) -> int:
             check_relay_url(args.relay)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+    if args.spare < 0:
+        raise UsageError(f"--spare must be 0 or more (got {args.spare})")
+    if args.backend == "local" and args.spare:
+        raise UsageError("--spare is for the Lambda backends (local ranks do not straggle): use it with --backend "
+                         "lambda or localstack")
+    if args.ranks_per_function is not None and args.ranks_per_function < 1:
+        raise UsageError(f"--ranks-per-function must be at least 1 (got {args.ranks_per_function})")
+    if args.backend == "local" and args.ranks_per_function is not None:
+        raise UsageError("--ranks-per-function is for the Lambda backends (local ranks are processes of this host "
+                         "already): use it with --backend lambda or localstack")
+    if args.backend == "local" and (args.report or args.prices):
+        raise UsageError(f"{'--report' if args.report else '--prices'} is for the Lambda backends (what a job cost "
+                         "there): use it with --backend lambda or localstack")
+
+
+def _launch(args: argparse.Namespace) -> int:
+    if args.cleanup:
+        if args.backend == "local":
+            raise UsageError("--cleanup removes what fmpirun created on AWS: use it with --backend lambda or localstack")
+        from .lambda_backend.launch import run as run_lambda
+
+        return run_lambda(args)
+    _check_launch_args(args)
     if args.backend != "local":
         if args.bind_to != "auto":
             raise UsageError("--bind-to works with the local backend only (a Lambda function has its own CPUs)")
@@ -264,7 +291,8 @@ def _join(args: argparse.Namespace) -> int:
         raise UsageError("set FMPI_TOKEN to the job's token (fmpirun --print-join shows it)")
     command = resolve_command(args.command)
     try:
-        spec = RankSpec(args.job, args.rank, args.size, args.join, token, fill_timeout=args.fill_timeout, channel=args.channel or "")
+        spec = RankSpec(args.job, args.rank, args.size, args.join, token,
+                        fill_timeout=args.fill_timeout, channel=args.channel or "")
     except SpecError as exc:
         raise UsageError(str(exc)) from None
     env = dict(os.environ)

@@ -75,7 +75,7 @@ def _ranks(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--bind-to", choices=BIND_CHOICES, default="auto", help="local backend: bind each rank to one core (auto, the default: when the ranks outnumber the cores, the same number on each)")
     g.add_argument("--oversubscribe", action="store_true",
                    help="accepted for mpiexec compatibility and ignored: fmpi has no slots, any -n runs on the cores there are")
-    g.add_argument("--fill-timeout", type=float, default=DEFAULT_FILL_TIMEOUT, metavar="S", help="seconds for all ranks to join (default %(default)g; exit status 124 when they do not)")
+    g.add_argument("--fill-timeout", type=float, default=None, metavar="S", help=f"seconds for all ranks to join (default {DEFAULT_FILL_TIMEOUT:g}; local ranks: at least 0.5 s each; exit status 124 when they do not)")
 
 
 def _relay(g: argparse._ArgumentGroup) -> None:
@@ -106,7 +106,10 @@ def _output(g: argparse._ArgumentGroup) -> None:
 
 def _lambda(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--function-name", default="fmpi-rank", metavar="NAME", help="the function the ranks run in (default %(default)s)")
-    g.add_argument("--memory", type=int, default=1769, metavar="MB", help="memory per rank (default %(default)s MB = one vCPU)")
+    g.add_argument("--memory", type=int, default=1769, metavar="MB", help="memory per function (default %(default)s MB = one vCPU)")
+    g.add_argument("--ranks-per-function", type=int, metavar="K", help="run K ranks in each function invocation "
+                   "(processes that link locally; collectives reduce inside a function first); default: one per "
+                   "vCPU of --memory (Lambda gives 1 vCPU per 1769 MB, 6 at 10240 MB)")
     g.add_argument("--timeout", type=int, metavar="S", help="function timeout per rank (default and maximum 900 s); "
                    "with the local backend: each launch's deadline, as fmpi.remaining_time() reports it (default none)")
     g.add_argument("--role", metavar="ARN", help="execution role for a new function (ARN or role name)")
@@ -126,6 +129,13 @@ def _lambda(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--cleanup", action="store_true", help="delete what fmpirun created in the region (functions, log groups, the code bucket; found by their fmpi tag)")
     g.add_argument("--log-retention", type=int, default=14, metavar="DAYS", help="retention of the log group fmpirun creates for a new function (default %(default)s days)")
     g.add_argument("--no-log-output", action="store_true", help="do not copy the program's output into CloudWatch Logs (ingestion is billed per GB)")
+    g.add_argument("--spare", type=int, default=0, metavar="K",
+                   help="invoke K spare ranks besides the N: the first N invocations to join form the world, so a "
+                        "rank that straggles or never starts is replaced; the others exit at once (default 0)")
+    g.add_argument("--report", metavar="FILE.json", help="write what the job cost (GB-s from Lambda's REPORT lines, "
+                   "requests, relay data, checkpoint requests, dollars) with each rank's timings and links to FILE.json")
+    g.add_argument("--prices", metavar="FILE.json", help="prices over the package's dated table for the cost "
+                   "(default: FMPI_PRICES; docs/lambda.md 'What a job cost')")
     g.add_argument("--fanout-arity", type=int, metavar="K", help="start ranks through an invocation tree of arity K (0: all from fmpirun; default: a tree above 64 ranks)")
 
 

@@ -36,6 +36,8 @@ class LinkTable:
         seconds = report.get("seconds")
         if isinstance(seconds, (int, float)) and (entry["seconds"] is None or seconds > entry["seconds"]):
             entry["seconds"] = float(seconds)  # the slower side: set-up is done when both ends are
+        if isinstance(report.get("why"), str):
+            entry["why"] = report["why"]
         failovers = report.get("failovers")
         if isinstance(failovers, int):
             entry["failovers"] = max(entry["failovers"], failovers)
@@ -71,6 +73,8 @@ def describe(pair: tuple[int, int], entry: dict[str, Any]) -> str:
     text = f"link {pair[0]}-{pair[1]}: {entry['kind']}"
     if entry.get("seconds") is not None:
         text += f", set-up {_duration(entry['seconds'])}"
+    if entry.get("why") and entry.get("kind") == "relayed":
+        text += f" ({entry['why']})"
     if entry.get("shared_memory"):
         text += ", shared memory"
     if entry.get("failovers"):
@@ -83,7 +87,8 @@ def describe_event(body: dict[str, Any]) -> str:
     pair = (min(body["rank"], body["peer"]), max(body["rank"], body["peer"]))
     if body.get("event") == "failover":
         return f"link {pair[0]}-{pair[1]}: failed over to the relay"
-    return describe(pair, {"kind": body.get("kind"), "seconds": body.get("seconds"), "shared_memory": body.get("shared_memory")})
+    return describe(pair, {"kind": body.get("kind"), "seconds": body.get("seconds"), "shared_memory": body.get("shared_memory"),
+                           "why": body.get("why")})
 
 
 def _duration(seconds: float) -> str:

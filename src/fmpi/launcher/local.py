@@ -27,6 +27,7 @@ from .. import settings
 from ..rank.shim_path import SHIM_DIR
 from . import closed_output, stdin_forward
 from .job import Job, failure_status
+from .notice_folding import NoticeFolder
 
 KILL_GRACE = 2.0  # seconds between asking ranks to stop and killing them
 FINALIZING_GRACE = 10.0  # seconds more for a rank that finalized mid-job to end by itself (its status is the news)
@@ -91,6 +92,8 @@ def rank_environment(job: Job, rank: int, base: dict[str, str]) -> dict[str, str
     share = str(max(1, cores // job.size))
     for var in _THREAD_VARS:
         env.setdefault(var, share)
+    # Every rank on this machine: its cores carry every byte, so the collectives keep their one-host thresholds.
+    env.setdefault("FMPI_NETWORK", "host")
     if job.size > cores:
         # More ranks than cores: a rank that polls in a wait must give its core to the peers that
         # have work (sched_yield), and may poll longer: those peers' turns come before the reply.
@@ -112,15 +115,16 @@ class OutputPump:
 
     def __init__(self, tag_output: bool) -> None:
         self._tag = tag_output
+        self._folder = NoticeFolder()  # (on stderr: the same notice from many ranks is printed once)
         self._sel = selectors.DefaultSelector()
         self._partial: dict[int, bytes] = {}
         self._open = 0
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="fmpirun-output", daemon=True)
 
-    def add(self, rank: int, pipe: BinaryIO, sink: BinaryIO) -> None:
+    def add(self, rank: int, pipe: BinaryIO, sink: BinaryIO, fold: bool = False) -> None:
         os.set_blocking(pipe.fileno(), False)
-        self._sel.register(pipe, selectors.EVENT_READ, (rank, sink))
+        self._sel.register(pipe, selectors.EVENT_READ, (rank, sink, fold))
         self._open += 1
 
     def start(self) -> None:
@@ -130,9 +134,16 @@ class OutputPump:
         self._thread.join(timeout)
 
     def _run(self) -> None:
+        self._pump()
+        summary = self._folder.summary()
+        if summary:
+            with self._lock:
+                closed_output.write(sys.stderr.buffer, summary)
+
+    def _pump(self) -> None:
         while self._open:
             for key, _ in self._sel.select():
-                rank, sink = key.data
+                rank, sink, fold = key.data
                 pipe = key.fileobj
                 try:
                     data = pipe.read(65536)
@@ -143,16 +154,20 @@ class OutputPump:
                     self._open -= 1
                     rest = self._partial.pop(pipe.fileno(), b"")
                     if rest:
-                        self._write(sink, rank, rest + b"\n")
+                        self._write(sink, rank, rest + b"\n", fold)
                     continue
                 data = self._partial.pop(pipe.fileno(), b"") + data
                 cut = data.rfind(b"\n") + 1
                 if cut < len(data):
                     self._partial[pipe.fileno()] = data[cut:]
                 if cut:
-                    self._write(sink, rank, data[:cut])
+                    self._write(sink, rank, data[:cut], fold)
 
-    def _write(self, sink: BinaryIO, rank: int, lines: bytes) -> None:
+    def _write(self, sink: BinaryIO, rank: int, lines: bytes, fold: bool) -> None:
+        if fold:
+            lines = self._folder.filter(lines)
+            if not lines:
+                return
         if self._tag:
             prefix = f"[{rank}] ".encode()
             lines = b"".join(prefix + line for line in lines.splitlines(keepends=True))
@@ -184,7 +199,7 @@ def run_local(
             )
             procs.append(proc)
             pump.add(rank, proc.stdout, sys.stdout.buffer)
-            pump.add(rank, proc.stderr, sys.stderr.buffer)
+            pump.add(rank, proc.stderr, sys.stderr.buffer, fold=True)
             if on_start is not None:
                 on_start()
     except OSError as exc:

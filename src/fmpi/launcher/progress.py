@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 from . import closed_output
 from .job import log
+from ..wire.nat_kinds import NAT_KINDS, NONE, describe
 from .link_table import describe_event
 
 _ERASE = "\r\x1b[K"
@@ -66,7 +67,7 @@ class Progress:
         rank = body.get("rank")
         if kind == "joined":
             self._joined.add(rank)
-            return f"rank {rank} joined ({len(self._joined)} of {self._size})"
+            return f"rank {rank} joined ({len(self._joined)} of {self._size})" + _nat(body.get("nat"))
         if kind == "world":
             self._world = time.monotonic() - self._t0
             return f"all {self._size} ranks joined; the world formed in {body.get('seconds', self._world):.2f} s"
@@ -77,8 +78,14 @@ class Progress:
             self._links.add(pair)
             return describe_event(body)
         if kind == "lost":
-            silent = body.get("silent")
-            return f"rank {rank} lost" + (f" (silent for {silent:g} s)" if isinstance(silent, (int, float)) else "")
+            return f"rank {rank} lost" + _lost_why(body)
+        if kind == "away":
+            return f"rank {rank} lost its connection to the relay; waiting for it to reconnect"
+        if kind == "rejoined":
+            if body.get("reconnected"):
+                away = body.get("away")
+                return f"rank {rank} reconnected to the relay" + (f" after {away:.3f} s" if _number(away) else "")
+            return f"rank {rank} rejoined the restarted relay"
         if kind == "finished":
             code = body.get("code")
             return f"rank {rank} finished" + (f" with status {code}" if code else "")
@@ -111,3 +118,25 @@ class Progress:
     def _write(self, text: str) -> None:
         self._stream.write(text)
         self._stream.flush()
+
+
+def _lost_why(body: dict[str, Any]) -> str:
+    """Why the relay counts a rank as lost, when it says: silent, or away without reconnecting."""
+    if _number(body.get("silent")):
+        return f" (silent for {body['silent']:g} s)"
+    if _number(body.get("away")):
+        return f" (its connection to the relay broke and it did not reconnect within {body['away']:g} s)"
+    return ""
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _nat(nat: Any) -> str:
+    """", behind a cone NAT" (and why the kind is unknown, when it is): what a rank found out about its NAT
+    (nothing for a rank not behind one: every rank of a local job)."""
+    if not isinstance(nat, dict) or nat.get("kind") not in NAT_KINDS or nat["kind"] == NONE:
+        return ""
+    note = nat.get("note")
+    return f", {describe(nat['kind'])}" + (f": {note}" if isinstance(note, str) and note else "")

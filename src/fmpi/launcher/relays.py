@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from ..rendezvous.urls import FMPI_RELAY, parse
 
 if TYPE_CHECKING:
-    from ..dso_client.client import DsoHost
+    from ..dso_client.host import DsoHost
     from .job import Job
 
 
@@ -18,7 +18,7 @@ def host_objects(job: Job, relay_url: str) -> DsoHost | None:
     url = parse(relay_url)
     if url.kind != FMPI_RELAY or len(url.addresses) < 2:
         return None
-    from ..dso_client.client import DsoHost
+    from ..dso_client.host import DsoHost
     from .job import log
 
     first = "tcp://{}:{}".format(*url.first)

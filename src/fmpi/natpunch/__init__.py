@@ -1,8 +1,8 @@
 """NAT traversal for fmpi ranks: TCP simultaneous open (hole punching).
 
 - ``sockets.py``: the shared port (``bind_reusable``, ``make_listener``);
-- ``simultaneous_open.py``: how ranks punch, and ``punch_many`` / ``Puncher``,
-  the loop that punches many peers at once;
+- ``simultaneous_open.py``: how ranks punch, and ``punch_many`` / ``punch``;
+- ``puncher.py``: ``Puncher``, the loop that punches many peers at once;
 - ``attempts.py``: a punch's state per peer and endpoint, and ``PunchResult``;
 - ``cancel.py``: ``PunchCancel``, stopping peers of a running punch.
 

@@ -128,6 +128,5 @@ def failure_reason(key: Hashable, p: PeerPunch, elapsed: float, active: bool) ->
                 "either side is symmetric (endpoint-dependent mapping)")
     else:
         hint = "no route to any candidate"
-    hint += "; fall back to the relay"
     return (f"hole punch to peer {key!r} failed after {elapsed:.2f}s: {hint}; "
             + "; ".join(parts))

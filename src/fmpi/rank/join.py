@@ -85,8 +85,10 @@ class RankSession:
         if self._closed:
             return
         self.engine.close()
-        # A relay that is restarting must hear FINISHED too, or the launcher counts this rank as lost.
-        self._rejoined.wait(self.engine.options.relay_rejoin + 5.0)
+        # A relay that is restarting (or a connection being made again) must hear FINISHED too, or the launcher
+        # counts this rank as lost.
+        options = self.engine.options
+        self._rejoined.wait((options.relay_rejoin or options.heartbeat_timeout) + 5.0)
         self._closed = True
         channel = self.engine.relay
         if channel is None:
@@ -132,11 +134,11 @@ class RankSession:
     def relay_lost(self, error: Exception) -> None:
         if self._closed:
             return
-        within = self.engine.options.relay_rejoin
-        if self._rendezvous is not None and self._rendezvous.can_rejoin and within > 0:
-            # It may be restarting: wait for it (off the progress thread, which keeps the direct links going).
+        if self._rendezvous is not None and self._rendezvous.can_rejoin:
+            # Only the connection may be lost, or the relay may be restarting: connect again (off the progress
+            # thread, which keeps the direct links going).
             self._rejoined.clear()
-            threading.Thread(target=self._rejoin, args=(error, within), name="fmpi-rejoin", daemon=True).start()
+            threading.Thread(target=self._rejoin, args=(error,), name="fmpi-rejoin", daemon=True).start()
             return
         self._give_up(f"lost the relay at {display_url(self.spec.relay)} ({error})")
 
@@ -147,32 +149,48 @@ class RankSession:
         self.engine.fail(TransportError(why, "ERR_RELAY"))
         _exit_now(1)
 
-    def _rejoin(self, error: Exception, within: float) -> None:
-        """Register again at the restarted relay (the launcher re-creates the job there first)."""
+    def _rejoin(self, error: Exception) -> None:
+        """Register again on a new connection: at the same relay, if only the connection broke (it keeps the slot
+        for a short grace), or at the restarted relay (once the launcher has created the job there again), for up
+        to FMPI_RELAY_REJOIN. 0: the relay cannot restart (it runs in fmpirun), so one that does not answer is gone;
+        one that answers still takes the rank back, for up to the heartbeat timeout."""
         assert self._rendezvous is not None and self._registration is not None
         reg, again = self._registration, self._rendezvous.rejoin
         url = display_url(self.spec.relay)
-        print(f"fmpi: rank {self.rank}: lost the relay at {url} ({error}); waiting up to {within:g} s for it", file=sys.stderr)
+        restart = self.engine.options.relay_rejoin
+        within = restart or self.engine.options.heartbeat_timeout
+        print(f"fmpi: rank {self.rank}: lost its connection to the relay at {url} ({error}); reconnecting "
+              f"(for up to {within:g} s)", file=sys.stderr)
+        started = time.monotonic()
 
         def not_back(exc: Exception) -> bool:
-            return isinstance(exc, (RelayError, OSError)) and getattr(exc, "code", "") in NOT_BACK
+            code = getattr(exc, "code", "")
+            return isinstance(exc, (RelayError, OSError)) and code in NOT_BACK and (restart > 0 or code != "unreachable")
 
         def attempt() -> Carrier | None:
             return None if self._closed else again(reg, 5.0)
 
         try:
-            carrier = retry_until(attempt, time.monotonic() + within, REJOIN_RETRY, not_back)
+            carrier = retry_until(attempt, started + within, REJOIN_RETRY, not_back)
         except (RelayError, OSError) as exc:
-            if not_back(exc):
-                self._give_up(f"lost the relay at {url} ({error}), and it did not come back within {within:g} s")
+            if getattr(exc, "code", "") not in NOT_BACK:
+                self._give_up(f"the relay at {url} refused this rank's reconnection: {exc}")
+            elif restart == 0:
+                self._give_up(f"lost the relay at {url} ({error}), and could not reconnect: {exc}")
             else:
-                self._give_up(f"the restarted relay at {url} refused this rank: {exc}")
+                self._give_up(f"lost the relay at {url} ({error}), and it did not come back within {within:g} s "
+                              f"(the last try: {exc})")
             return
         if carrier is None or self._closed:
             return
         self.engine.replace_relay(carrier.sock, carrier.pending)
         self._rejoined.set()
-        print(f"fmpi: rank {self.rank}: rejoined the job at {url}", file=sys.stderr)
+        took = time.monotonic() - started
+        if carrier.reconnected:
+            print(f"fmpi: rank {self.rank}: reconnected to the relay at {url} in {took:.3f} s (the relay had stayed up)",
+                  file=sys.stderr)
+        else:
+            print(f"fmpi: rank {self.rank}: rejoined the job at {url} (the relay had restarted)", file=sys.stderr)
 
     def link_event(self, info: dict[str, Any]) -> None:
         # Each link is reported once, by its lower rank (its higher rank says the same).
@@ -196,7 +214,7 @@ def server_collectives(spec: RankSpec):
     if parse(spec.relay).kind == REDIS:
         from ..redis_relay.collectives import RedisCollectives
 
-        return RedisCollectives(spec.relay, spec.job)
+        return RedisCollectives(spec.relay, spec.job, spec.token)
     from ..dso_client.collectives import DsoCollectives
 
     return DsoCollectives(spec.relay, spec.job, spec.token)

@@ -53,6 +53,8 @@ class RankSpec:
     # How long to wait for a relay that went away (FMPI_RELAY_REJOIN); None: the rank's own setting.
     # fmpirun says 0 when the relay runs inside it: a relay that dies with its launcher never comes back.
     rejoin: float | None = None
+    # A job made by Comm.Spawn: its first `parents` slots are the spawning processes, the rest the new ones.
+    parents: int = 0
 
     def __post_init__(self) -> None:
         if not self.job:
@@ -75,6 +77,8 @@ class RankSpec:
             raise SpecError(f"fill timeout must be positive, not {self.fill_timeout}")
         if self.rejoin is not None and not self.rejoin >= 0:
             raise SpecError(f"rejoin time must be 0 or more seconds, not {self.rejoin}")
+        if not 0 <= self.parents < self.size:
+            raise SpecError(f"a spawned job of {self.size} slots cannot have {self.parents} parents")
 
     # -- environment --------------------------------------------------------
     def to_env(self) -> dict[str, str]:
@@ -86,7 +90,7 @@ class RankSpec:
         """The spec fmpirun put in the environment, or None when not launched by fmpirun."""
         if ENV_PREFIX + "JOB" not in env:
             return None
-        raw = {k: env.get(ENV_PREFIX + k.upper()) for k in ("job", "rank", "size", "relay", "token", "incarnation", "fill_timeout", "channel", "rejoin")}
+        raw = {k: env.get(ENV_PREFIX + k.upper()) for k in ("job", "rank", "size", "relay", "token", "incarnation", "fill_timeout", "channel", "rejoin", "parents")}
         return cls.from_mapping(raw, "environment")
 
     # -- Lambda event -------------------------------------------------------
@@ -109,6 +113,7 @@ class RankSpec:
                 fill_timeout=float(raw.get("fill_timeout") or DEFAULT_FILL_TIMEOUT),
                 channel=str(raw.get("channel") or "").strip().lower(),
                 rejoin=None if raw.get("rejoin") in (None, "") else float(raw["rejoin"]),
+                parents=int(raw.get("parents") or 0),
             )
         except (TypeError, ValueError) as exc:
             if isinstance(exc, SpecError):

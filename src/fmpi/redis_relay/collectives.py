@@ -28,6 +28,11 @@ wake list, which ends their ``BLPOP``s. No polling anywhere.
   or reply exceeds the limit, and with the default limit every vector up to
   512 MB is one piece, as before.
 
+* **sealed**: every contribution is an envelope of the job's key bound to the
+  communicator, round and step (``rendezvous/redis_seal.py``); the ranks cut the
+  scripts' concatenations at the known sealed lengths and check who sealed each
+  part, so a forged or stale one fails the collective ("forged"), never its result.
+
 Why not fold in Lua: Lua numbers are doubles (int64 would be inexact), and a
 script blocks the whole server while it runs. Redis does the coordination —
 atomic, keyed by rank, one round trip — and the ranks the arithmetic.
@@ -56,6 +61,7 @@ import numpy as np
 
 from ..rendezvous.redis_connect import explain
 from ..rendezvous.redis_keys import DEFAULT_TTL
+from ..rendezvous.redis_seal import ALL, COLL, OVERHEAD, JobKey, Opener, Refused, Sealer, refusal_notice
 from ..rendezvous.relay_connection import RelayError
 from ..rendezvous.urls import safe_url
 from ..util.ranges import split_even
@@ -188,12 +194,17 @@ class RedisCollectives:
     errors = (RelayError, OSError)  # (what collectives/server_side turns into MPI errors)
 
     def __init__(
-        self, url: str, job: str, *, ttl: int = DEFAULT_TTL, small_max: int = SMALL_MAX, keep: int = KEEP, piece: int | None = None
+        self, url: str, job: str, token: str, *, ttl: int = DEFAULT_TTL, small_max: int = SMALL_MAX, keep: int = KEEP,
+        piece: int | None = None,
     ) -> None:
         """`piece`: most bytes of a vector reduced in one scatter-reduce (None: the server's ``bulk_limit``)."""
         if piece is not None and piece < 1:
             raise ValueError(f"piece must be a positive number of bytes, not {piece}")
         self.url, self.job = url, job
+        self._key = JobKey(token, job)
+        self._opener = Opener(self._key, ALL)
+        self._sealers: dict[int, Sealer] = {}  # rank -> its sealer (one rank per provider, but tests run several)
+        self._refused = refusal_notice("a server-side collective")
         self.where = safe_url(url)
         self.ttl, self.small_max, self.keep, self.piece = ttl, small_max, keep, piece
         self.calls: dict[str, int] = {}
@@ -265,10 +276,35 @@ class RedisCollectives:
             raise RelayError(f"lost Redis at {self.where} during a collective: {exc}", "lost") from None
         return int(code), popped[1]
 
+    # ------------------------------------------------------------ sealing
+    def _seal(self, rank: int, receiver: int, data: bytes, context: bytes) -> bytes:
+        sealer = self._sealers.get(rank) or self._sealers.setdefault(rank, Sealer(self._key, rank))
+        return sealer.seal(COLL, receiver, data, context)
+
+    def _open(self, blob: bytes, lengths: list[int], receiver: int, context: bytes) -> bytes:
+        """The plaintexts of the envelopes laid end to end in `blob` (sealed by rank 0, 1, ... with `lengths`), joined."""
+        if len(blob) != sum(lengths) + OVERHEAD * len(lengths):
+            raise RelayError(f"a server-side reduction returned {len(blob)} bytes, not {len(lengths)} sealed parts", "expired")
+        plain, at = [], 0
+        for rank, length in enumerate(lengths):
+            envelope = blob[at : at + length + OVERHEAD]
+            at += length + OVERHEAD
+            try:
+                sender, part = self._opener.open(COLL, envelope, receiver, fresh=False, context=context)
+                if sender != rank:
+                    raise Refused(f"rank {sender}'s contribution in the place of rank {rank}'s")
+            except Refused as exc:
+                self._refused.say(f"{exc} (job {self.job})")
+                raise RelayError(f"a server-side collective on Redis at {self.where} was refused: {exc}", "forged") from None
+            plain.append(part)
+        return b"".join(plain)
+
     # ------------------------------------------------------------ provider
     def barrier(self, comm_key: str, generation: int, rank: int, size: int, deadline: float | None = None) -> None:
         wake = f"{self._base(comm_key)}{generation}:wg{rank}"
-        self._call("gather", comm_key, generation, rank, size, [b""], wake, deadline)
+        context = _context(comm_key, generation, "b")
+        _, blob = self._call("gather", comm_key, generation, rank, size, [self._seal(rank, ALL, b"", context)], wake, deadline)
+        self._open(blob, [0] * size, ALL, context)
         self.calls["barrier"] = self.calls.get("barrier", 0) + 1
 
     def allreduce(
@@ -280,12 +316,15 @@ class RedisCollectives:
         flat = out.reshape(-1)
         base = f"{self._base(comm_key)}{round}"
         if src.nbytes * size <= self.small_max:
-            _, blob = self._call("gather", comm_key, round, rank, size, [src.view(np.uint8).tobytes()], f"{base}:wg{rank}", deadline)
-            _fold_into(flat, blob, size, src.dtype, ufunc)
+            context = _context(comm_key, round, "g")
+            mine = self._seal(rank, ALL, src.view(np.uint8).tobytes(), context)
+            _, blob = self._call("gather", comm_key, round, rank, size, [mine], f"{base}:wg{rank}", deadline)
+            _fold_into(flat, self._open(blob, [src.nbytes] * size, ALL, context), size, src.dtype, ufunc)
             self.calls["allreduce"] = self.calls.get("allreduce", 0) + 1
             return
         self._client()  # (reads the server's limit into self.piece)
-        step = max(1, (self.piece or DEFAULT_BULK_MAX) // src.itemsize)  # elements per piece
+        # elements per piece (the sealed parts add OVERHEAD each: what the scripts store stays within the limit)
+        step = max(1, ((self.piece or DEFAULT_BULK_MAX) - size * OVERHEAD) // src.itemsize)
         # equal pieces of at most `step` elements (piece 0 keeps the communicator's own key)
         for i, (lo, hi) in enumerate(split_even(src.size, -(-src.size // step))):
             key = f"{comm_key}#p{i}" if i else comm_key
@@ -297,12 +336,17 @@ class RedisCollectives:
         """The large allreduce of `src` (at most one piece) under `comm_key`: segment j is folded by rank j."""
         base = f"{self._base(comm_key)}{round}"
         bounds = split_even(src.size, size)
-        segments = [src[lo:hi].view(np.uint8).tobytes() for lo, hi in bounds]
+        to_owner = _context(comm_key, round, "s")
+        segments = [self._seal(rank, j, src[lo:hi].view(np.uint8).tobytes(), to_owner) for j, (lo, hi) in enumerate(bounds)]
         code, parts = self._call("scatter", comm_key, round, rank, size, segments, f"{base}:ws{rank}", deadline)
         if code == 2:  # a retry of a round that completed meanwhile
             whole = parts
         else:
+            lo, hi = bounds[rank]
+            parts = self._open(parts, [(hi - lo) * src.itemsize] * size, rank, to_owner)
             whole = self._publish(comm_key, round, rank, size, src, bounds, parts, ufunc, base, deadline)
+        published = [(hi - lo) * src.itemsize for lo, hi in bounds]
+        whole = self._open(whole, published, ALL, _context(comm_key, round, "r"))
         if len(whole) != src.nbytes:
             raise RelayError(f"Redis at {self.where}: round {round} of {comm_key} completed long ago (expired)", "expired")
         return np.frombuffer(whole, dtype=src.dtype)
@@ -312,7 +356,8 @@ class RedisCollectives:
         lo, hi = bounds[rank]
         mine = np.empty(hi - lo, dtype=src.dtype)
         _fold_into(mine, parts, size, src.dtype, ufunc)
-        _, whole = self._call("publish", comm_key, round, rank, size, [mine.view(np.uint8).tobytes()], f"{base}:wr{rank}", deadline)
+        sealed = self._seal(rank, ALL, mine.view(np.uint8).tobytes(), _context(comm_key, round, "r"))
+        _, whole = self._call("publish", comm_key, round, rank, size, [sealed], f"{base}:wr{rank}", deadline)
         return whole
 
     def close(self) -> None:
@@ -335,6 +380,11 @@ def bulk_limit(client: Any, where: str) -> int:
         return DEFAULT_BULK_MAX
     except redis.RedisError as exc:
         raise RelayError(f"lost Redis at {where}: {exc}", "lost") from None
+
+
+def _context(comm_key: str, round: int, step: str) -> bytes:
+    """What a sealed contribution is bound to: a contribution of another round, step or communicator does not open."""
+    return f"\0{comm_key}\0{round}\0{step}".encode()
 
 
 def _fold_into(out: np.ndarray, blob: bytes, size: int, dtype: np.dtype, ufunc: np.ufunc) -> None:

@@ -39,6 +39,11 @@ def main(argv: list[str] | None = None) -> int:
         help="a rank silent this long (no heartbeat: its host vanished, or it is stopped) is lost (default %(default)s)",
     )
     p.add_argument(
+        "--reconnect-grace", type=float, default=2.0, metavar="S",
+        help="a rank whose connection broke (a reset, not its exit) may reconnect within this long before it is lost "
+        "(default %(default)s)",
+    )
+    p.add_argument(
         "--tls-cert", metavar="PEM",
         help="serve TLS with this certificate (chain, PEM); clients then use tls://host:port (see docs/troubleshooting.md)",
     )
@@ -53,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--max-strangers must be at least 1")
     if not args.heartbeat_timeout > 0:
         p.error("--heartbeat-timeout must be positive")
+    if not args.reconnect_grace > 0:
+        p.error("--reconnect-grace must be positive")
     if args.tls_key and not args.tls_cert:
         p.error("--tls-key needs --tls-cert")
     args.ssl_context = None
@@ -86,7 +93,7 @@ async def _serve(args: argparse.Namespace) -> int:
     server = RelayServer(
         args.host, args.port, max_jobs=args.max_jobs, probe_port=None if args.probe_port < 0 else args.probe_port,
         dso_max_value=args.dso_max_value, dso_job_bytes=args.dso_job_bytes, heartbeat_timeout=args.heartbeat_timeout,
-        ssl_context=args.ssl_context, max_strangers=args.max_strangers,
+        reconnect_grace=args.reconnect_grace, ssl_context=args.ssl_context, max_strangers=args.max_strangers,
     )
     try:
         await server.start()

@@ -3,7 +3,8 @@
 A mixin of ``RelayServer`` (``server.py``), which reads the frames and calls
 these; here is what each request or loss does to the job and who is told.
 A job re-created after this relay restarted (CREATE with ``resume``) takes
-its ranks back as they rejoin: ``server_resume.py``.
+its ranks back as they rejoin: ``resume.py``; a member whose connection broke
+while the relay stayed up is away for a while and may reconnect: ``reconnect.py``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import time
 from typing import Any
 
 from ..util.ranges import describe_ranks
-from ..wire.relay_protocol import Kind, abort_body, encode
+from ..wire.relay_protocol import Kind, abort_body, abort_cause, encode
 from .records import (
     Connection,
     Job,
@@ -22,12 +23,15 @@ from .records import (
     Refused,
     live_job,
 )
+from .reconnect import Reconnection
 from .resume import JobResumption, parse_resume, wants_rejoin
 
 log = logging.getLogger("fmpi.relay")
 
+LINK_KINDS = ("direct", "punched", "relayed")
 
-class JobLifecycle(JobResumption):
+
+class JobLifecycle(JobResumption, Reconnection):
     """The jobs of a relay and what happens to them (see the module docstring)."""
 
     jobs: dict[str, Job]
@@ -35,6 +39,7 @@ class JobLifecycle(JobResumption):
     max_job_size: int
     lost_notice_delay: float
     heartbeat_timeout: float
+    reconnect_grace: float
 
     def _create(self, conn: Connection, body: dict[str, Any], dso_only: bool = False) -> Job:
         job_id, size = body["job"], 0 if dso_only else body["size"]
@@ -70,6 +75,9 @@ class JobLifecycle(JobResumption):
         if job.dso_only:
             raise Refused("unknown_job", f"job {job.id!r} only has shared objects on this relay; ranks register at its rendezvous relay")
         if wants_rejoin(body):
+            member = job.members.get(body["rank"])
+            if member is not None and job.world_published:
+                return job, self._reconnect(conn, job, body, member)  # (its connection broke; this relay stayed up)
             return job, self._rejoin(conn, job, body)
         if job.resumed is not None:
             raise Refused(
@@ -78,13 +86,21 @@ class JobLifecycle(JobResumption):
                 "only its live ranks may register again, with resume",
             )
         rank = body["rank"]
-        if rank == -1:  # "any free slot": ranks joined by hand need not pick one
+        any_slot = rank == -1
+        if any_slot:  # "any free slot": ranks joined by hand, and spare Lambda ranks, need not pick one
+            _joined_once(job, body["incarnation"])
             missing = job.missing()
             if not missing:
                 raise Refused("duplicate", f"job {job.id!r} is full ({job.size} ranks)")
             rank = missing[0]
         if not 0 <= rank < job.size:
             raise Refused("bad_rank", f"rank {rank} is outside job {job.id!r} of {job.size} ranks")
+        if rank in job.members and job.members[rank].any_slot and job.missing():
+            # A spare (or a rank moved before) that started first holds this rank's slot: it takes a free one,
+            # and holds that one as a spare does (the rank it belongs to moves on in turn). One invocation
+            # delivered twice still joins once: the second delivery is refused, not moved to another slot.
+            _joined_once(job, body["incarnation"])
+            rank, any_slot = job.missing()[0], True
         if rank in job.members:
             other = job.members[rank]
             raise Refused(
@@ -93,14 +109,43 @@ class JobLifecycle(JobResumption):
                 f"this duplicate (incarnation {body['incarnation']!r}) is refused",
             )
         member = Member.registered(conn, rank, body, conn.peer, asyncio.get_running_loop().time())
+        member.any_slot = any_slot
         job.members[rank] = member
         conn.send(Kind.REGISTERED, {"rank": rank, "size": job.size, "observed": list(conn.peer)})
         # The incarnation lets the launcher re-create the job (resume) if this relay restarts.
-        event = {"type": "joined", "rank": rank, "joined": len(job.members), "size": job.size, "incarnation": member.incarnation}
+        event = {"type": "joined", "rank": rank, "joined": len(job.members), "size": job.size, "incarnation": member.incarnation,
+                 **({"nat": member.nat} if member.nat else {})}
         job.watcher.send(Kind.EVENT, event)
         if len(job.members) == job.size:
             self._publish_world(job)
         return job, member
+
+    def _dispatch(self, job: Job, role: Job | Member, kind: Kind, body: dict[str, Any]) -> None:
+        if kind is Kind.ABORT:
+            origin = role.rank if isinstance(role, Member) else None
+            self._abort(job, body["code"], body["reason"], origin, abort_cause(body.get("cause")))
+        elif isinstance(role, Member) and kind is Kind.OUTPUT:
+            job.watcher.send(Kind.EVENT, {"type": "output", "rank": role.rank, "stream": body["stream"], "data": body["data"]})
+        elif isinstance(role, Member) and kind is Kind.FINISHED:
+            role.finished = body["code"]
+            event = {"type": "finished", "rank": role.rank, "code": role.finished}
+            links = _link_reports(body.get("links"), job.size)
+            if links is not None:
+                event["links"] = links
+            job.watcher.send(Kind.EVENT, event)
+        elif isinstance(role, Member) and kind is Kind.RESYNCED:
+            self._resynced(job, role, body)
+        elif isinstance(role, Member) and kind is Kind.LINK:
+            if body["kind"] in LINK_KINDS:
+                event = {"type": "link", "rank": role.rank, "peer": body["peer"], "kind": body["kind"],
+                         "seconds": body["seconds"], "event": str(body.get("event", "up"))[:16],
+                         "shared_memory": body.get("shared_memory") is True,
+                         **({"why": body["why"][:200]} if isinstance(body.get("why"), str) else {})}
+                job.watcher.send(Kind.EVENT, event)
+        elif isinstance(role, Job) and kind is Kind.END:
+            self._end_job(job)
+        else:
+            raise Refused("protocol", f"{kind.name} is not a valid request here")
 
     def _publish_world(self, job: Job) -> None:
         job.world_published = True
@@ -178,7 +223,8 @@ class JobLifecycle(JobResumption):
             session.conn.close()
         job.watcher.close()
 
-    def _disconnected(self, job: Job, role: Job | Member | None) -> None:
+    def _disconnected(self, job: Job, role: Job | Member | None, broke: bool = False) -> None:
+        """`role`'s connection ended: by end of file (its process exited), or `broke` (a reset, an error)."""
         if isinstance(role, Job):
             if not job.over:
                 # Without its launcher nobody collects results or ends the job:
@@ -191,6 +237,9 @@ class JobLifecycle(JobResumption):
             # Before the world is out, a slot whose rank went away may be taken again.
             del job.members[role.rank]
             job.watcher.send(Kind.EVENT, {"type": "left", "rank": role.rank, "joined": len(job.members)})
+            return
+        if broke and role.finished is None and role.beats and role.silent_for is None:
+            self._went_away(job, role)  # (the process may live on: it gets a window to reconnect)
             return
         role.left = True
         if role.finished is None:
@@ -205,7 +254,8 @@ class JobLifecycle(JobResumption):
             asyncio.get_running_loop().call_later(self.lost_notice_delay, self._notify_lost, job, role.rank)
 
     async def _watch_heartbeats(self) -> None:
-        """Every second beat to every rank; four times a second, cut off ranks silent for ``heartbeat_timeout``.
+        """Every second beat to every rank; four times a second, cut off ranks silent for ``heartbeat_timeout``
+        (and count as lost those away past their reconnect grace: ``reconnect.py``).
 
         Cutting the connection makes the usual path run: the launcher hears
         "lost" (with why), the other ranks PEER_LOST. Checking often keeps a
@@ -227,13 +277,21 @@ class JobLifecycle(JobResumption):
             for job in list(self.jobs.values()):
                 if job.over or job.aborted or not job.world_published:
                     continue
-                for m in job.members.values():
-                    if m.left or m.finished is not None or m.conn.writer.is_closing():
+                for m in list(job.members.values()):
+                    if m.left or m.finished is not None:
                         continue
                     if stalled:
                         # This relay was not running (a starved host): the ranks' beats of that
                         # time may still wait unread in its sockets. Judge no one on it.
                         m.last_heard = max(m.last_heard, now - check_every)
+                    if m.away_since is not None:
+                        if stalled:
+                            m.away_since = max(m.away_since, now - check_every)
+                        if now - m.away_since > self.reconnect_grace:
+                            self._away_expired(job, m, now)
+                        continue
+                    if m.conn.writer.is_closing():
+                        continue
                     if m.beats and now - m.last_heard > self.heartbeat_timeout:
                         silent = now - m.last_heard
                         log.warning("job %s: rank %d silent for %.1f s; dropping it", job.id, m.rank, silent)
@@ -249,3 +307,33 @@ class JobLifecycle(JobResumption):
         for m in job.members.values():
             if m.rank != lost and not m.left:
                 m.conn.send(Kind.PEER_LOST, {"rank": lost})
+
+
+def _joined_once(job: Job, incarnation: str) -> None:
+    """Refuse an invocation that already holds a slot (the platform delivered it twice: it is one rank, not two)."""
+    again = next((m.rank for m in job.members.values() if m.incarnation == incarnation), None)
+    if again is not None:
+        raise Refused("duplicate", f"incarnation {incarnation!r} already joined job {job.id!r} as rank {again}; "
+                                   "this duplicate is refused")
+
+
+def _link_reports(raw: Any, size: int) -> list[dict[str, Any]] | None:
+    """The link statistics a rank sent with FINISHED, checked and trimmed."""
+    if not isinstance(raw, list):
+        return None
+    out = []
+    for item in raw[:size]:
+        if not isinstance(item, dict):
+            continue
+        peer, kind = item.get("peer"), item.get("kind")
+        seconds, failovers = item.get("seconds"), item.get("failovers", 0)
+        if not isinstance(peer, int) or kind not in LINK_KINDS:
+            continue
+        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
+            seconds = None
+        if not isinstance(failovers, int) or isinstance(failovers, bool):
+            failovers = 0
+        shared = item.get("shared_memory") is True
+        why = {"why": item["why"][:200]} if isinstance(item.get("why"), str) else {}
+        out.append({"peer": peer, "kind": kind, "seconds": seconds, "failovers": failovers, "shared_memory": shared, **why})
+    return out

@@ -1,6 +1,6 @@
 """What fmpi-relay keeps per connection and per job: its connections, a job's members, the job itself.
 
-Plain records; the server (``server.py``, ``server_jobs.py``, ``server_dso.py``)
+Plain records; the server (``server.py``, ``jobs.py``, ``dso_serving.py``)
 does everything with them.
 """
 
@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..wire.nat_kinds import NAT_KINDS
 from ..wire.relay_protocol import (
     Kind,
     dso_head,
@@ -94,6 +95,11 @@ class Member:
     last_heard: float = 0.0  # loop time of its last frame
     beats: bool = False  # it said at REGISTER that it sends heartbeats (so silence means trouble)
     silent_for: float | None = None  # set when dropped for silence
+    nat: dict[str, str] | None = None  # the NAT it says it is behind: {"kind": ..., "note": why unknown}
+    away_since: float | None = None  # loop time its connection broke, while it may still reconnect (reconnect.py)
+    # members whose FORWARDs to this one are dropped until their RESYNCED (after it reconnected)
+    resync_from: set[int] = field(default_factory=set)
+    any_slot: bool = False  # it joined as "any free slot" (a spare): a pinned rank that comes for its slot moves on
 
     @classmethod
     def registered(cls, conn: Connection, rank: int, body: dict[str, Any], observed: tuple[str, int], now: float) -> "Member":
@@ -102,7 +108,16 @@ class Member:
         member = cls(rank, body["incarnation"], conn, parse_endpoints(body["endpoints"]), observed, probe)
         member.beats = body.get("heartbeat") is True
         member.last_heard = now
+        member.nat = _nat(body.get("nat"))
         return member
+
+
+def _nat(raw: Any) -> dict[str, str] | None:
+    """REGISTER's "nat", if well formed: a kind of ``NAT_KINDS`` and a short note; else None."""
+    if not isinstance(raw, dict) or raw.get("kind") not in NAT_KINDS:
+        return None
+    note = raw.get("note")
+    return {"kind": raw["kind"], **({"note": note[:300]} if isinstance(note, str) and note else {})}
 
 
 @dataclass(eq=False)
@@ -115,7 +130,7 @@ class DsoSession:
 
 @dataclass(eq=False)
 class Resumption:
-    """What a job re-created after a relay restart still waits for (see ``server_resume.py``)."""
+    """What a job re-created after a relay restart still waits for (see ``resume.py``)."""
 
     expected: dict[int, str]  # rank -> incarnation, until it rejoins or the rejoin timer gives up on it
     finished: dict[int, int]  # rank -> exit code, of the ranks that finished before the restart

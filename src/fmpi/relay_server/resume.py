@@ -19,7 +19,7 @@ ranks have it); the relay only takes the ranks back, one by one:
 * ranks not back within ``rejoin_timeout`` are lost: the launcher hears
   ``lost`` (``"rejoin": false``), the rejoined ranks PEER_LOST.
 
-A mixin of ``RelayServer`` through ``server_jobs.JobLifecycle``.
+A mixin of ``RelayServer`` through ``jobs.JobLifecycle``.
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ class JobResumption:
     """Resumed jobs: rejoining ranks, chunks held for them, the rejoin timer (see the module docstring)."""
 
     rejoin_hold_bytes: int
-    _notify_lost: Callable[[Job, int], None]  # (server_jobs.JobLifecycle)
+    _notify_lost: Callable[[Job, int], None]  # (jobs.JobLifecycle)
 
     def _resume_job(self, job: Job, plan: Resumption) -> None:
         """Start a job re-created with `resume`: its world is out already; wait for its ranks to rejoin."""
@@ -236,13 +236,7 @@ def _check_rejoin(job: Job, plan: Resumption, rank: int, incarnation: str) -> No
             f"rank {rank} of job {job.id!r} finished (exit code {plan.finished[rank]}) before the relay restarted; "
             "it cannot rejoin",
         )
-    if rank in job.members:
-        other = job.members[rank].incarnation
-        raise Refused(
-            "duplicate",
-            f"rank {rank} of job {job.id!r} already rejoined (incarnation {other!r}); "
-            f"this duplicate (incarnation {incarnation!r}) is refused",
-        )
+    # (a rank back already is a member: ``reconnect.py`` takes its next REGISTER)
     if rank in plan.lost:
         raise Refused(
             "duplicate",

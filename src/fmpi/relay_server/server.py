@@ -26,14 +26,14 @@ NAT traversal support:
   UNDELIVERABLE notice per sender and destination.
 
 Distributed shared objects: a job's ranks may also attach DSO connections
-and call methods of objects the relay hosts (``server_dso.py``).
+and call methods of objects the relay hosts (``dso_serving.py``).
 
-What the relay keeps per connection and job is in ``server_records.py``;
-what happens to jobs (create, register, world, abort, end, lost ranks,
-heartbeats) in ``server_jobs.py``; how a job survives a restart of this
-relay (re-created with ``resume``, its ranks rejoin, chunks to ranks not back
-yet are held for them) in ``server_resume.py``. This module reads the
-connections.
+What the relay keeps per connection and job is in ``records.py``; what
+happens to jobs (create, register, world, requests, abort, end, lost ranks,
+heartbeats) in ``jobs.py``; how a job survives a restart of this relay
+(re-created with ``resume``, its ranks rejoin, chunks to ranks not back yet
+are held for them) in ``resume.py``; a member whose connection broke and
+that reconnects in ``reconnect.py``. This module reads the connections.
 
 TLS: with an ``ssl_context`` (``fmpi-relay --tls-cert/--tls-key``) the main
 port speaks TLS only (clients use ``tls://host:port``). A handshake gets
@@ -64,7 +64,6 @@ from ..wire.relay_protocol import (
     MAX_DSO_JSON,
     Kind,
     ProtocolError,
-    abort_cause,
     decode_body,
     decode_header,
     encode,
@@ -79,8 +78,6 @@ from .records import (
 )
 from .resume import absent_reason
 from .strangers import DEFAULT_MAX_STRANGERS, Strangers
-
-LINK_KINDS = ("direct", "punched", "relayed")
 
 log = logging.getLogger("fmpi.relay")
 
@@ -103,6 +100,7 @@ class RelayServer(JobLifecycle, DsoServing):
         forward_stall_timeout: float = 30.0,
         lost_notice_delay: float = 1.0,
         heartbeat_timeout: float = 4.0,
+        reconnect_grace: float = 2.0,
         rejoin_hold_bytes: int = 1 << 20,
         dso_max_value: int = 64 << 20,
         dso_job_bytes: int = 256 << 20,
@@ -125,6 +123,8 @@ class RelayServer(JobLifecycle, DsoServing):
         # A rank that sends heartbeats and then falls silent this long is lost
         # (its host vanished, or it hangs with its progress thread stopped).
         self.heartbeat_timeout = heartbeat_timeout
+        # A rank whose connection broke (a reset) may reconnect within this long before it is lost (reconnect.py).
+        self.reconnect_grace = reconnect_grace
         self._heartbeats: asyncio.Task | None = None
         # What a resumed job keeps of the chunks relayed to one rank before it rejoined.
         self.rejoin_hold_bytes = rejoin_hold_bytes
@@ -210,6 +210,7 @@ class RelayServer(JobLifecycle, DsoServing):
         self._strangers.arrived(task, conn)
         role: Job | Member | None = None
         job: Job | None = None
+        broke = False  # (ended by an error, not by the client's end of file)
         try:
             kind, body = await asyncio.wait_for(self._read_first(conn), self.first_frame_timeout)
             if kind is Kind.OBSERVE:
@@ -247,15 +248,17 @@ class RelayServer(JobLifecycle, DsoServing):
             conn.send(Kind.ERROR, {"code": "protocol", "message": str(exc)})
         except asyncio.TimeoutError:
             conn.send(Kind.ERROR, {"code": "timeout", "message": "no request within the time allowed"})
-        except (asyncio.IncompleteReadError, ConnectionError, OSError):
+        except asyncio.IncompleteReadError:
             pass
+        except (ConnectionError, OSError):
+            broke = True
         finally:
             self._strangers.left(task)
             # (an ended connection must not stay referenced here with its buffers: every
             # connection ever made did, so a flood of strangers was never given back)
             self._handlers.pop(task, None)
             if job is not None:
-                self._disconnected(job, role)
+                self._disconnected(job, role, broke)
             conn.close()
 
     async def _read_first(self, conn: Connection) -> tuple[Kind, dict[str, Any]]:
@@ -274,6 +277,8 @@ class RelayServer(JobLifecycle, DsoServing):
         if self._hold(job, role.rank, dest, chunk):  # (a rank of a resumed job, not back yet)
             return
         target = job.members.get(dest)
+        if self._stale(job, role, target):
+            return  # (the stream broke with a connection and starts over: reconnect.py)
         reason = None
         if target is None:
             reason = absent_reason(job, dest)
@@ -281,7 +286,7 @@ class RelayServer(JobLifecycle, DsoServing):
             reason = "unknown"
         elif target.finished is not None:
             reason = "finished"
-        elif target.left or target.conn.writer.is_closing():
+        elif target.left:
             reason = "lost"
         if reason is not None:
             if dest not in role.told_undeliverable:
@@ -299,52 +304,6 @@ class RelayServer(JobLifecycle, DsoServing):
                 conn.writer.transport.abort()
             except (ConnectionError, OSError):
                 pass
-
-    def _dispatch(self, job: Job, role: Job | Member, kind: Kind, body: dict[str, Any]) -> None:
-        if kind is Kind.ABORT:
-            origin = role.rank if isinstance(role, Member) else None
-            self._abort(job, body["code"], body["reason"], origin, abort_cause(body.get("cause")))
-        elif isinstance(role, Member) and kind is Kind.OUTPUT:
-            job.watcher.send(Kind.EVENT, {"type": "output", "rank": role.rank, "stream": body["stream"], "data": body["data"]})
-        elif isinstance(role, Member) and kind is Kind.FINISHED:
-            role.finished = body["code"]
-            event = {"type": "finished", "rank": role.rank, "code": role.finished}
-            links = _link_reports(body.get("links"), job.size)
-            if links is not None:
-                event["links"] = links
-            job.watcher.send(Kind.EVENT, event)
-        elif isinstance(role, Member) and kind is Kind.LINK:
-            if body["kind"] in LINK_KINDS:
-                event = {"type": "link", "rank": role.rank, "peer": body["peer"], "kind": body["kind"],
-                         "seconds": body["seconds"], "event": str(body.get("event", "up"))[:16],
-                         "shared_memory": body.get("shared_memory") is True}
-                job.watcher.send(Kind.EVENT, event)
-        elif isinstance(role, Job) and kind is Kind.END:
-            self._end_job(job)
-        else:
-            raise Refused("protocol", f"{kind.name} is not a valid request here")
-
-
-
-def _link_reports(raw: Any, size: int) -> list[dict[str, Any]] | None:
-    """The link statistics a rank sent with FINISHED, checked and trimmed."""
-    if not isinstance(raw, list):
-        return None
-    out = []
-    for item in raw[:size]:
-        if not isinstance(item, dict):
-            continue
-        peer, kind = item.get("peer"), item.get("kind")
-        seconds, failovers = item.get("seconds"), item.get("failovers", 0)
-        if not isinstance(peer, int) or kind not in LINK_KINDS:
-            continue
-        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
-            seconds = None
-        if not isinstance(failovers, int) or isinstance(failovers, bool):
-            failovers = 0
-        shared = item.get("shared_memory") is True
-        out.append({"peer": peer, "kind": kind, "seconds": seconds, "failovers": failovers, "shared_memory": shared})
-    return out
 
 
 class RelayThread:

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..natpunch.sockets import bind_reusable
 from ..util.retry import retry_until
+from ..wire.nat_kinds import nat_kind
 from ..wire.relay_protocol import Kind
 from .protocols import Carrier, JobEvents, Registered
 from .relay_connection import (
@@ -26,7 +27,7 @@ from .relay_connection import (
     RelayError,
     observe,
     open_with,
-    probe_mapping,
+    probe_nat,
     register,
     route_source_ip,
     wait_world,
@@ -47,6 +48,7 @@ class FmpiRelayRendezvous:
         self._conn: RelayConnection | None = None
         self._local: tuple[str, int] | None = None
         self._probe: tuple[str, int] | None = None
+        self._nat: dict[str, str] | None = None  # the NAT this rank is behind, for the launcher
 
     def local_ip(self) -> str:
         return route_source_ip(self.url)
@@ -56,13 +58,19 @@ class FmpiRelayRendezvous:
         self._local = (local_ip, port)
         self._conn = RelayConnection(self.url, timeout=timeout, sock=shared)
         observed, probe_port = observe(self._conn, timeout)
-        if observed != self._local and probe_port is not None:
+        note = ""
+        if observed != self._local:
             # Behind a NAT: a second connection from the same port tells a cone NAT from a symmetric one.
-            self._probe = probe_mapping(self.url, probe_port, bind_reusable(local_ip, port))
+            if probe_port is None:
+                note = "the relay has no probe port"
+            else:
+                self._probe, note = probe_nat(self.url, probe_port, lambda: bind_reusable(local_ip, port))
+        self._nat = {"kind": nat_kind([self._local], observed, self._probe), **({"note": note} if note else {})}
 
     def register(self, rank: int, incarnation: str, timeout: float) -> Registered:
         conn, local = self._opened()
-        got, size, observed = register(conn, self.job, self._token, rank, incarnation, [local], timeout, self._probe)
+        got, size, observed = register(conn, self.job, self._token, rank, incarnation, [local], timeout, self._probe,
+                                       nat=self._nat)
         return Registered(got, size, local, observed, self._probe, incarnation)
 
     def wait_world(self, deadline: float) -> list[PeerInfo]:
@@ -73,6 +81,7 @@ class FmpiRelayRendezvous:
         return Carrier(conn.sock, conn.take_buffer())
 
     def rejoin(self, registered: Registered, timeout: float) -> Carrier | None:
+        # The old connection broke, or the relay restarted (and the launcher created the job there again).
         # From a new port: the old connection's (from the shared port) may linger in the kernel.
         conn = RelayConnection(self.url, timeout=min(timeout, 2.0))
         try:
@@ -82,7 +91,7 @@ class FmpiRelayRendezvous:
             conn.close()
             raise
         self._conn = conn
-        return Carrier(conn.sock, conn.take_buffer())
+        return Carrier(conn.sock, conn.take_buffer(), reconnected=conn.reconnected)
 
     def close(self) -> None:
         if self._conn is not None:

@@ -46,6 +46,7 @@ class _Job:
         self.notice: RelayError | None = None  # what ended the job for the ranks (abort, failure)
         self.outboxes: dict[int, queue.SimpleQueue] = {}  # rank -> frames for its carrier (None: close it)
         self.finished: set[int] = set()
+        self.any_slot: set[int] = set()  # slots taken by "any free slot" joins (spares): a pinned rank moves on
         self.created = time.monotonic()
         self.timer: threading.Timer | None = None
 
@@ -113,18 +114,26 @@ class MemoryRendezvous:
             raise RelayError("wrong token for this job", "auth")
         if job.state != "filling":
             raise RelayError("the job no longer takes ranks", "closed")
-        if rank == -1:
-            rank = next((r for r in range(job.size) if r not in job.members), -1)
+        any_slot = rank == -1
+        free = next((r for r in range(job.size) if r not in job.members), -1)
+        if any_slot:
+            _joined_once(job, incarnation)
+            rank = free
             if rank == -1:
                 raise RelayError("the job is full", "duplicate")
         if not 0 <= rank < job.size:
             raise RelayError(f"rank {rank} is outside a job of {job.size} ranks", "bad_rank")
+        if rank in job.any_slot and free != -1:
+            _joined_once(job, incarnation)  # (moved once already: a second delivery is refused, not moved again)
+            rank, any_slot = free, True  # a spare that started first holds this slot: take a free one, as a spare
         if rank in job.members:
             raise RelayError(
                 f"rank {rank} is already registered (incarnation {job.members[rank][0]}); this duplicate is refused",
                 "duplicate",
             )
         job.members[rank] = (incarnation, local, local)  # in one process, seen = where it is
+        if any_slot:
+            job.any_slot.add(rank)
         return rank
 
     def wait_world(self, deadline: float) -> list[PeerInfo]:
@@ -223,6 +232,14 @@ def abort(st: _Store, job: _Job, notice: dict[str, Any]) -> None:
             return
         st.notify_all(job, exc, Kind.ABORT, {k: v for k, v in notice.items() if v is not None})
     job.events.aborted(exc)
+
+
+def _joined_once(job: _Job, incarnation: str) -> None:
+    """Refuse an invocation that already holds a slot (one invocation delivered twice is one rank, not two)."""
+    again = next((r for r, member in job.members.items() if member[0] == incarnation), None)
+    if again is not None:
+        raise RelayError(f"incarnation {incarnation} already joined this job as rank {again}; this duplicate is refused",
+                         "duplicate")
 
 
 class MemoryJobControl:

@@ -43,11 +43,14 @@ class Carrier:
     `pending`: bytes already read from it (they belong to the new owner).
     `settle(nbytes, timeout)`: wait until the first `nbytes` written to the
     socket reached the backend (an in-process server dies with the process).
+    `reconnected` (from ``rejoin``): the service had stayed up; only the
+    connection was lost (else it had restarted).
     """
 
     sock: socket.socket
     pending: bytes = b""
     settle: Callable[[int, float], bool] | None = None
+    reconnected: bool = False
 
 
 class Rendezvous(Protocol):
@@ -78,8 +81,9 @@ class Rendezvous(Protocol):
         ...
 
     def rejoin(self, registered: Registered, timeout: float) -> Carrier | None:
-        """Register `registered` again at a restarted service and return the new carrier; None where the backend
-        cannot restart under a running job (Redis, memory). RelayError while the service is not back."""
+        """Register `registered` again, on a new connection (the old one broke, or the service restarted), and
+        return the new carrier; None where the backend cannot (Redis, memory). RelayError while the service is
+        not back, or if it refuses the rank."""
         ...
 
     def close(self) -> None:
@@ -91,7 +95,7 @@ class JobEvents(Protocol):
     """What a JobControl tells the launcher (called on the backend's own thread)."""
 
     def event(self, kind: str, body: dict[str, Any]) -> None:
-        """joined, left, world (with ``seconds``), finished, link, lost, output."""
+        """joined, left, world (with ``seconds``), finished, link, away, rejoined, lost, output."""
         ...
 
     def aborted(self, exc: Aborted) -> None: ...

@@ -2,16 +2,24 @@
 
 Any Redis >= 6 works (a local server, ElastiCache, a Redis Cluster): every key
 of a job carries the job id as a hash tag, ``fmpi:{JOB}:...``, so all of them
-live in one cluster slot and the Lua scripts below may touch them together.
-Scripts make each step atomic on the server (a slot is taken once; the last
-registrant publishes the world), so ranks need no lock and no polling:
+live in one cluster slot and one Lua script may touch them together.
+Scripts (``redis_scripts.py``) make each step atomic on the server (a slot is
+taken once; the last registrant publishes the world), so ranks need no lock
+and no polling:
 
-    fmpi:{J}:meta           hash: token (sha256), size, state (filling|running|over)
-    fmpi:{J}:members        hash: rank -> {"incarnation", "endpoints", "observed"}
+    fmpi:{J}:meta           hash: token (a verifier, see below), size, state (filling|running|over)
+    fmpi:{J}:members        hash: rank -> {"incarnation", "sealed": the sealed endpoints and observed address,
+                            "any": true if it holds the slot as a spare}
     fmpi:{J}:inbox:R        list: what rank R is told (world, abort, error); R BLPOPs it
     fmpi:{J}:events         list: what the launcher is told (joined, world, finished, output, abort)
     fmpi:{J}:mbox:R         list: relayed link chunks for rank R (see redis_mailbox.py)
     fmpi:{J}:finished       hash: rank -> exit code, once the rank finalized
+
+Every value but the scripts' own bookkeeping is sealed (``redis_seal.py``):
+a stranger with the Redis URL reads no address or data and cannot forge a
+notice; what is refused is logged once. The join check compares the SHA-1
+of the proof a rank shows with the verifier the launcher stored: the token
+never reaches Redis, and the verifier does not let anyone join.
 
 Every key has a TTL, and the launcher deletes the whole job when it ends, so
 nothing is left behind in the user's Redis. The address Redis sees a rank's
@@ -34,71 +42,44 @@ from ..util.ranges import describe_ranks
 from ..wire.errors import Aborted, RelayError
 from ..wire.relay_protocol import abort_body
 from .redis_connect import connect, explain
-from .redis_keys import DEFAULT_TTL, job_pattern, token_hash
+from .redis_keys import DEFAULT_TTL, job_pattern
 from .redis_keys import keys as _keys
+from .redis_scripts import NOTIFY_ALL, REGISTER
+from .redis_seal import ALL, CONTROL, LAUNCHER, MEMBER, JobKey, Opener, Refused, Sealer, refusal_notice
 from .relay_connection import PeerInfo
 from .urls import safe_url
-
-# KEYS: meta, members, events. ARGV: inbox prefix, token hash, rank (-1 = any), record json, ttl
-_REGISTER = """
-local meta, members, events = KEYS[1], KEYS[2], KEYS[3]
-local prefix, token, rank, record, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
-if redis.call('EXISTS', meta) == 0 then return redis.error_reply('unknown_job no such job (it ended, or was never created)') end
-if redis.call('HGET', meta, 'token') ~= token then return redis.error_reply('auth wrong token for this job') end
-if redis.call('HGET', meta, 'state') ~= 'filling' then return redis.error_reply('closed the job no longer takes ranks') end
-local size = tonumber(redis.call('HGET', meta, 'size'))
-if rank == -1 then
-  for r = 0, size - 1 do
-    if redis.call('HEXISTS', members, r) == 0 then rank = r break end
-  end
-  if rank == -1 then return redis.error_reply('duplicate the job is full') end
-end
-if rank < 0 or rank >= size then return redis.error_reply('bad_rank rank ' .. rank .. ' is outside a job of ' .. size .. ' ranks') end
-local taken = redis.call('HGET', members, rank)
-if taken then
-  return redis.error_reply('duplicate rank ' .. rank .. ' is already registered (incarnation ' .. cjson.decode(taken)['incarnation'] .. '); this duplicate is refused')
-end
-redis.call('HSET', members, rank, record)
-redis.call('EXPIRE', members, ttl)
-local joined = redis.call('HLEN', members)
-redis.call('RPUSH', events, cjson.encode({type='joined', rank=rank, joined=joined, size=size}))
-redis.call('EXPIRE', events, ttl)
-if joined == size then
-  redis.call('HSET', meta, 'state', 'running')
-  local peers = {}
-  for r = 0, size - 1 do
-    peers[#peers + 1] = '{"rank":' .. r .. ',"member":' .. redis.call('HGET', members, r) .. '}'
-  end
-  local world = '{"kind":"world","size":' .. size .. ',"peers":[' .. table.concat(peers, ',') .. ']}'
-  for r = 0, size - 1 do
-    redis.call('RPUSH', prefix .. r, world)
-    redis.call('EXPIRE', prefix .. r, ttl)
-  end
-  redis.call('RPUSH', events, cjson.encode({type='world'}))
-end
-return rank
-"""
-
-# KEYS: meta, members, events. ARGV: inbox prefix, notice json, new state, only-if-state ('' = any)
-_NOTIFY_ALL = """
-local meta, members, events = KEYS[1], KEYS[2], KEYS[3]
-local prefix, notice, state, only_if = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local current = redis.call('HGET', meta, 'state')
-if not current or current == 'over' then return 0 end
-if only_if ~= '' and current ~= only_if then return 0 end
-redis.call('HSET', meta, 'state', state)
-local size = tonumber(redis.call('HGET', meta, 'size'))
-for r = 0, size - 1 do
-  if redis.call('HEXISTS', members, r) == 1 then redis.call('RPUSH', prefix .. r, notice) end
-end
-redis.call('RPUSH', events, notice)
-return 1
-"""
-
 
 def _refusal(exc: Exception) -> RelayError:
     code, _, message = str(exc).partition(" ")
     return RelayError(message or code, code)
+
+
+def _dumps(body: dict[str, Any]) -> bytes:
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def open_event(opener: Opener, item: bytes) -> dict[str, Any]:
+    """An item of the launcher's event list, opened; Refused if it is not ours.
+
+    Items are envelopes (the rank that sealed one is its ``rank``), or the
+    register script's JSON for 'joined' and 'world', which carries a sealed,
+    single-use proof of the same event from the registering rank.
+    """
+    if item[:1] != b"{":
+        sender, plain = opener.open_any(CONTROL, item, (LAUNCHER, ALL))
+        event = json.loads(plain)
+        if sender >= 0:
+            event["rank"] = sender  # what a rank says is about itself
+        return event
+    try:
+        event = json.loads(item)
+        sender, plain = opener.open_text(CONTROL, str(event.pop("proof")), LAUNCHER)
+    except (ValueError, KeyError, TypeError):
+        raise Refused("an event without a valid proof") from None
+    proven = json.loads(plain)
+    if proven.get("type") != event.get("type") or (event.get("type") == "joined" and sender not in (-1, event.get("rank"))):
+        raise Refused(f"a {event.get('type')!r} event whose proof is for another event")
+    return {**event, **proven}
 
 
 class RedisJob:
@@ -116,11 +97,14 @@ class RedisJob:
     ) -> None:
         self.url, self.job, self.size, self.ttl = url, job, size, ttl
         self._keys = _keys(job)
+        key = JobKey(token, job)
+        self._sealer, self._opener = Sealer(key, LAUNCHER), Opener(key, LAUNCHER)
+        self._refused = refusal_notice("fmpirun")
         self._redis = connect(url, job=job)
         self._events_conn = connect(url, job=job)  # BLPOP blocks its connection
         self._on_event = on_event
-        self._notify = self._redis.register_script(_NOTIFY_ALL)
-        created = self._redis.hsetnx(self._keys["meta"], "token", token_hash(token))
+        self._notify = self._redis.register_script(NOTIFY_ALL)
+        created = self._redis.hsetnx(self._keys["meta"], "token", key.join_verifier())
         if not created:
             raise RelayError(f"job {job!r} already exists in this Redis", "job_exists")
         self._redis.hset(self._keys["meta"], mapping={"size": size, "state": "filling"})
@@ -133,7 +117,7 @@ class RedisJob:
         self._thread.start()
 
     def abort(self, code: int, reason: str) -> None:
-        notice = json.dumps({"kind": "abort", "code": code, "reason": reason, "rank": None})
+        notice = self._sealer.seal(CONTROL, ALL, _dumps({"kind": "abort", "code": code, "reason": reason, "rank": None}))
         self._notify(keys=self._list(), args=[self._keys["inbox"], notice, "aborted", ""])
 
     def end(self) -> None:
@@ -146,7 +130,7 @@ class RedisJob:
         keys = list(self._redis.scan_iter(match=pattern, count=1000))
         if keys:
             self._redis.delete(*keys)
-        self._redis.rpush(self._keys["events"], json.dumps({"type": "_end"}))  # wake the follower
+        self._redis.rpush(self._keys["events"], self._sealer.seal(CONTROL, LAUNCHER, b'{"type":"_end"}'))  # wake the follower
         self._thread.join(timeout=5)
         self._redis.delete(self._keys["events"])
         self._redis.close()
@@ -162,8 +146,8 @@ class RedisJob:
             f"the world of job {self.job!r} did not fill within {fill_timeout:g} s: {len(members)} of {self.size} "
             f"ranks joined; missing ranks: {describe_ranks(missing)}"
         )
-        notice = json.dumps({"kind": "error", "code": "fill_timeout", "message": message, "missing": missing})
-        self._notify(keys=self._list(), args=[self._keys["inbox"], notice, "over", "filling"])
+        body = {"kind": "error", "code": "fill_timeout", "message": message, "missing": missing}
+        self._notify(keys=self._list(), args=[self._keys["inbox"], self._sealer.seal(CONTROL, ALL, _dumps(body)), "over", "filling"])
 
     def _follow(self) -> None:
         while not self._closed.is_set():
@@ -175,7 +159,11 @@ class RedisJob:
                 return
             if item is None:
                 continue
-            event = json.loads(item[1])
+            try:
+                event = open_event(self._opener, item[1])
+            except Refused as exc:
+                self._refused.say(f"{exc} (on {self._keys['events']})")
+                continue
             kind = event.get("type") or event.get("kind")
             if kind == "_end":
                 return
@@ -189,14 +177,17 @@ class RedisRank:
         self, url: str, job: str, token: str, source: tuple[str, int] | None = None, timeout: float = 10.0
     ) -> None:
         self.url, self.job = url, job
-        self._token = token
+        self.key = JobKey(token, job)
         self._keys = _keys(job)
         self._redis = connect(url, timeout, source=source, job=job)
         self._inbox_conn = connect(url, job=job)
-        self._register = self._redis.register_script(_REGISTER)
-        self._notify = self._redis.register_script(_NOTIFY_ALL)
+        self._register = self._redis.register_script(REGISTER)
+        self._notify = self._redis.register_script(NOTIFY_ALL)
         self.rank = -1
         self.size = 0
+        self.sealer = Sealer(self.key, -1)  # replaced once the rank is known (register)
+        self.opener = Opener(self.key, -1)
+        self.refused = refusal_notice("rank ?")
         self.observed: tuple[str, int] | None = None  # where Redis saw the registration come from
         self._stop = threading.Event()
 
@@ -209,28 +200,63 @@ class RedisRank:
         import redis
 
         self.observed = self.observed_address()
-        record = json.dumps(
-            {"incarnation": incarnation, "endpoints": [list(e) for e in endpoints], "observed": list(self.observed)},
-            separators=(",", ":"),
-        )
+        sealer = Sealer(self.key, rank)
+        # A rank may end in another slot than the one it asks for (a spare took its own): the script then keeps the
+        # record and 'joined' proof sealed as "any rank" (ALL), which open in any slot, and marks the slot a spare's.
+        anywhere = sealer if rank == ALL else Sealer(self.key, ALL)
+        place = _dumps({"endpoints": [list(e) for e in endpoints], "observed": list(self.observed)})
+        joined_body = _dumps({"type": "joined", "incarnation": incarnation})
+        record = json.dumps({"incarnation": incarnation, "sealed": sealer.seal_text(MEMBER, ALL, place)}, separators=(",", ":"))
+        spare = json.dumps({"incarnation": incarnation, "sealed": anywhere.seal_text(MEMBER, ALL, place), "any": True},
+                           separators=(",", ":"))
+        joined = sealer.seal_text(CONTROL, LAUNCHER, joined_body)
+        joined_anywhere = joined if anywhere is sealer else anywhere.seal_text(CONTROL, LAUNCHER, joined_body)
+        world = sealer.seal_text(CONTROL, LAUNCHER, b'{"type":"world"}')  # (after 'joined': the launcher opens them in order)
+        args = [self._keys["inbox"], self.key.join_proof(), rank, record, ttl, joined, world, spare, joined_anywhere]
         try:
-            self.rank = int(self._register(keys=self._list(), args=[self._keys["inbox"], token_hash(self._token), rank, record, ttl]))
+            self.rank = int(self._register(keys=self._list(), args=args))
         except redis.ResponseError as exc:
             raise _refusal(exc) from None
+        self.sealer = sealer if rank == self.rank else Sealer(self.key, self.rank)
+        self.opener = Opener(self.key, self.rank)
+        self.refused = refusal_notice(f"rank {self.rank}")
         self.size = int(self._redis.hget(self._keys["meta"], "size"))
         return self.rank, self.size
 
     def wait_world(self, deadline: float) -> list[PeerInfo]:
-        remaining = max(0.1, deadline - time.monotonic()) + 5.0  # the launcher enforces the deadline
-        item = self._inbox_conn.blpop([self._inbox()], timeout=remaining)
-        if item is None:
-            raise RelayError(f"no world from Redis at {safe_url(self.url)} in time (is the launcher alive?)", "timeout")
-        notice = json.loads(item[1])
-        self._raise_notice(notice)
-        return [
-            PeerInfo(p["rank"], [tuple(e) for e in p["member"]["endpoints"]], tuple(p["member"]["observed"]))
-            for p in notice["peers"]
-        ]
+        """The world, once the last rank registered; forged worlds and notices are refused (logged), not taken."""
+        while True:
+            remaining = max(0.1, deadline - time.monotonic()) + 5.0  # the launcher enforces the deadline
+            item = self._inbox_conn.blpop([self._inbox()], timeout=remaining)
+            if item is None:
+                raise RelayError(f"no world from Redis at {safe_url(self.url)} in time (is the launcher alive?)", "timeout")
+            try:
+                if item[1][:1] == b"{":
+                    return self._world(json.loads(item[1]))
+                self._raise_notice(self.open_notice(item[1]))
+            except Refused as exc:
+                self.refused.say(f"{exc} (on {self._inbox()})")
+            except (ValueError, KeyError, TypeError) as exc:  # not JSON, or a world that is not one
+                self.refused.say(f"a malformed world: {exc} (on {self._inbox()})")
+
+    def _world(self, notice: dict[str, Any]) -> list[PeerInfo]:
+        peers = notice["peers"]
+        if notice.get("kind") != "world" or [p["rank"] for p in peers] != list(range(self.size)):
+            raise Refused("a world that does not list every rank once")
+        world = []
+        for p in peers:
+            sender, plain = self.opener.open_text(MEMBER, p["member"]["sealed"], ALL, fresh=False)
+            if sender not in (-1, p["rank"]):
+                raise Refused(f"rank {sender}'s record in the slot of rank {p['rank']}")
+            place = json.loads(plain)
+            world.append(PeerInfo(p["rank"], [tuple(e) for e in place["endpoints"]], tuple(place["observed"])))
+        return world
+
+    def open_notice(self, item: bytes) -> dict[str, Any]:
+        """A notice of this rank's inbox (for it, or for every rank), opened; Refused if it is not ours."""
+        if item[:1] == b"{":
+            raise Refused("an unsealed notice")
+        return json.loads(self.opener.open_any(CONTROL, item, (self.rank, ALL))[1])
 
     def follow(self, on_notice: Callable[[Exception], None]) -> None:
         """After the world: a daemon thread reports aborts and job failures to `on_notice`."""
@@ -243,7 +269,11 @@ class RedisRank:
                     if not self._stop.is_set():
                         on_notice(RelayError(f"lost Redis at {safe_url(self.url)}: {explain(exc)}", "lost"))
                     return
-                notice = json.loads(item[1])
+                try:
+                    notice = self.open_notice(item[1])
+                except Refused as exc:
+                    self.refused.say(f"{exc} (on {self._inbox()})")
+                    continue
                 if notice.get("kind") == "_stop":
                     return
                 try:
@@ -258,24 +288,24 @@ class RedisRank:
         return self._redis, self._inbox_conn
 
     def abort(self, code: int, reason: str, cause: dict[str, Any] | None = None) -> None:
-        notice = json.dumps({"kind": "abort", **abort_body(code, reason, cause), "rank": self.rank})
+        notice = self.sealer.seal(CONTROL, ALL, _dumps({"kind": "abort", **abort_body(code, reason, cause), "rank": self.rank}))
         self._notify(keys=self._list(), args=[self._keys["inbox"], notice, "aborted", ""])
 
     def event(self, body: dict[str, Any]) -> None:
         """Tell the launcher something (finished, output)."""
-        self._push(self._keys["events"], json.dumps({**body, "rank": self.rank}), DEFAULT_TTL)
+        self._push(self._keys["events"], self.sealer.seal(CONTROL, LAUNCHER, _dumps(body)), DEFAULT_TTL)
 
     def close(self) -> None:
         self._stop.set()
         try:
             # Wakes our own inbox reader. The key may outlive the job (if the
             # launcher already deleted it), so it gets a short TTL of its own.
-            self._push(self._inbox(), json.dumps({"kind": "_stop"}), 60)
+            self._push(self._inbox(), self.sealer.seal(CONTROL, self.rank, b'{"kind":"_stop"}'), 60)
         except Exception:
             pass
         self._redis.close()
 
-    def _push(self, key: str, value: str, ttl: int) -> None:
+    def _push(self, key: str, value: bytes, ttl: int) -> None:
         pipe = self._redis.pipeline(transaction=False)
         pipe.rpush(key, value)
         pipe.expire(key, ttl)

@@ -15,6 +15,10 @@ serves the other end as fmpi-relay would, with Redis behind it:
   mailbox (no polling); chunks go to the engine as FORWARD frames stamped
   with their source, notices as ABORT / ERROR frames.
 
+Everything written is sealed and everything read is opened with the job's
+key (``redis_seal.py``): what does not open, or is a replay, is dropped and
+logged once; relayed data that skips a sequence number is an ERROR.
+
 When the engine closes its end (the rank finalized), the uplink finishes
 what it read, stops the downlink and closes our end: the engine's graceful
 close sees the EOF it waits for, so its last frames reached Redis first.
@@ -22,7 +26,6 @@ close sees the EOF it waits for, so its last frames reached Redis first.
 
 from __future__ import annotations
 
-import json
 import socket
 import threading
 from typing import Any
@@ -42,6 +45,7 @@ from .redis import RedisRank
 from .redis_connect import explain
 from .redis_keys import DEFAULT_TTL
 from .redis_mailbox import FINISHED, JOB_GONE, RankMailbox
+from .redis_seal import DATA, Refused, StreamGap
 from .urls import safe_url
 
 READ_SIZE = 1 << 20
@@ -54,7 +58,7 @@ class RedisBridge:
         self._member = member
         self._where = safe_url(member.url)
         commands, blocking = member.hand_over()
-        self._box = RankMailbox(commands, blocking, member.job, member.rank, ttl)
+        self._box = RankMailbox(commands, blocking, member.job, member.rank, member.sealer, ttl)
         self.engine_end, self._end = socket.socketpair()
         self._wlock = threading.Lock()  # both threads write frames to our end
         self._cond = threading.Condition()
@@ -106,9 +110,8 @@ class RedisBridge:
                 if len(body) < FORWARD_RANK.size:
                     raise ProtocolError("FORWARD frame without a rank")
                 (dest,) = FORWARD_RANK.unpack_from(body)
-                # Stored as source + bytes: the receiver's bridge stamps the source on its FORWARD.
-                body[: FORWARD_RANK.size] = FORWARD_RANK.pack(self._member.rank)
-                pending.setdefault(dest, []).append(bytes(body))
+                # Sealed by the mailbox; the envelope names us, and the receiver's bridge stamps that on its FORWARD.
+                pending.setdefault(dest, []).append(memoryview(body)[FORWARD_RANK.size :])
             else:
                 self._flush(pending)
                 self._control(kind, decode_body(kind, body))
@@ -151,15 +154,14 @@ class RedisBridge:
                     self._tell(Kind.ERROR, {"code": "lost", "message": f"lost Redis at {self._where}: {explain(exc)}"})
                 return
             if what == "chunks":
-                frames = []
-                for item in items:
-                    (src,) = FORWARD_RANK.unpack_from(item)
-                    frames.append(forward_header(src, len(item) - FORWARD_RANK.size))
-                    frames.append(memoryview(item)[FORWARD_RANK.size :])
-                if not self._write(frames):
+                if not self._write(self._opened(items)):
                     return
                 continue
-            notice = json.loads(items[0])
+            try:
+                notice = self._member.open_notice(items[0])
+            except Refused as exc:
+                self._member.refused.say(f"{exc} (on {self._box.inbox})")
+                continue
             kind = notice.get("kind")
             if kind == "_stop":
                 return
@@ -167,6 +169,22 @@ class RedisBridge:
                 self._tell(Kind.ABORT, {k: notice[k] for k in ("code", "reason", "rank", "cause") if k in notice})
             elif kind == "error":
                 self._tell(Kind.ERROR, {"code": notice.get("code", "error"), "message": notice.get("message", "the job failed")})
+
+    def _opened(self, items: list[bytes]) -> list[bytes | memoryview]:
+        """FORWARD frames of the sealed chunks `items`: what is not ours is refused (logged), a gap is an error."""
+        frames: list[bytes | memoryview] = []
+        for item in items:
+            try:
+                src, chunk = self._member.opener.open(DATA, item, ordered=True)
+            except StreamGap as exc:
+                self._tell(Kind.ERROR, {"code": "lost", "message": f"Redis at {self._where}: {exc}"})
+                continue
+            except Refused as exc:
+                self._member.refused.say(f"{exc} (on {self._box.mbox})")
+                continue
+            frames.append(forward_header(src, len(chunk)))
+            frames.append(chunk)
+        return frames
 
     # ------------------------------------------------------------ helpers
     def _tell(self, kind: Kind, body: dict[str, Any]) -> None:

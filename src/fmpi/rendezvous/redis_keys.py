@@ -6,8 +6,6 @@ Redis Cluster slot, so one Lua script may touch any of them.
 
 from __future__ import annotations
 
-import hashlib
-
 DEFAULT_TTL = 24 * 3600  # seconds a job's keys may outlive a launcher that vanished
 
 
@@ -23,7 +21,3 @@ def job_pattern(job: str) -> str:
     """The SCAN pattern of every key of `job`."""
     return f"fmpi:{{{job}}}:*"
 
-
-def token_hash(token: str) -> str:
-    # Redis is the user's server, maybe shared: store a digest, never the secret.
-    return hashlib.sha256(token.encode()).hexdigest()

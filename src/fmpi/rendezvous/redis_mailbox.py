@@ -2,8 +2,9 @@
 
 Keys (all under the job's hash tag, see ``redis_keys.py``):
 
-    fmpi:{J}:mbox:R     list: relayed-link chunks for rank R, each ``source rank (i32) + bytes``;
-                        every sender RPUSHes its chunks in stream order, so each pair's order holds
+    fmpi:{J}:mbox:R     list: relayed-link chunks for rank R, each sealed by its sender (redis_seal.py:
+                        the sender's rank is in the envelope); every sender RPUSHes its chunks in
+                        stream order, so each pair's order holds, and the receiver checks it
     fmpi:{J}:finished   hash: rank -> exit code once it finalized (senders to it are told UNDELIVERABLE)
     fmpi:{J}:inbox:R    list: notices for rank R (abort, job failure; and ``_stop`` from its own bridge)
     fmpi:{J}:events     list: what the launcher hears (finished, output, link)
@@ -11,6 +12,8 @@ Keys (all under the job's hash tag, see ``redis_keys.py``):
 Writes go through Lua scripts that first check the job still exists (its
 ``meta`` key): a rank that outlives the launcher's cleanup must not bring
 keys back to life. Every key written gets the job TTL in the same script.
+Every value written is sealed with the job's key (``redis_seal.py``); the
+reader (``redis_bridge.py``) opens what it pops and refuses what is not ours.
 Reads are blocking pops on the rank's inbox and mailbox together (inbox
 first, so an abort overtakes queued data); after a pop, what else is queued
 is taken in one MULTI (LRANGE + LTRIM: this rank is the list's only reader).
@@ -23,6 +26,7 @@ from typing import Any
 
 from .redis_keys import DEFAULT_TTL
 from .redis_keys import keys as _keys
+from .redis_seal import CONTROL, DATA, LAUNCHER, Sealer
 
 BATCH_ITEMS = 64  # chunks per script call / per drain (Lua's unpack has a stack limit)
 BATCH_BYTES = 4 << 20
@@ -52,10 +56,14 @@ QUEUED, FINISHED, JOB_GONE = 1, 0, -1
 
 
 class RankMailbox:
-    """Rank `rank`'s mailbox and event line. `commands`: one thread's client; `blocking`: the popping thread's."""
+    """Rank `rank`'s mailbox and event line. `commands`: one thread's client; `blocking`: the popping thread's.
 
-    def __init__(self, commands: Any, blocking: Any, job: str, rank: int, ttl: int = DEFAULT_TTL) -> None:
+    What it writes, `sealer` seals; what ``next`` returns is still sealed.
+    """
+
+    def __init__(self, commands: Any, blocking: Any, job: str, rank: int, sealer: Sealer, ttl: int = DEFAULT_TTL) -> None:
         self.rank = rank
+        self._sealer = sealer
         self._cmd = commands
         self._blk = blocking
         self._keys = _keys(job)
@@ -66,9 +74,10 @@ class RankMailbox:
         self.mbox = f"{self._keys['mbox']}{rank}"
 
     # ------------------------------------------------------------ writing
-    def push(self, dest: int, items: list[bytes]) -> int:
-        """Queue chunks for `dest`, in order: QUEUED, or FINISHED / JOB_GONE (nothing queued)."""
+    def push(self, dest: int, chunks: list[Any]) -> int:
+        """Queue chunks (bytes-like) for `dest`, sealed, in order: QUEUED, or FINISHED / JOB_GONE (nothing queued)."""
         keys = [self._keys["meta"], self._keys["finished"], f"{self._keys['mbox']}{dest}"]
+        items = [self._sealer.seal(DATA, dest, chunk) for chunk in chunks]
         result = QUEUED
         for batch in _batches(items):
             result = int(self._push(keys=keys, args=[dest, self._ttl, *batch]))
@@ -87,14 +96,14 @@ class RankMailbox:
         return self._post(body, str(self.rank), code)
 
     def _post(self, body: dict[str, Any], finished: str, code: int) -> bool:
-        event = json.dumps({**body, "rank": self.rank}, separators=(",", ":"))
+        event = self._sealer.seal(CONTROL, LAUNCHER, json.dumps({**body, "rank": self.rank}, separators=(",", ":")).encode())
         keys = [self._keys["meta"], self._keys["events"], self._keys["finished"]]
         return bool(self._event(keys=keys, args=[event, self._ttl, finished, code]))
 
     def wake(self, ttl: int = 10) -> None:
         """Unblock our own popping thread (it takes this and stops; the emptied list vanishes)."""
         pipe = self._cmd.pipeline(transaction=True)
-        pipe.rpush(self.inbox, json.dumps({"kind": "_stop"}))
+        pipe.rpush(self.inbox, self._sealer.seal(CONTROL, self.rank, b'{"kind":"_stop"}'))
         pipe.expire(self.inbox, ttl)
         pipe.execute()
 

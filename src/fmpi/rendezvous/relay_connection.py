@@ -12,7 +12,7 @@ import socket
 import ssl
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from .. import settings
 from ..wire.errors import Aborted, RelayError
@@ -99,6 +99,7 @@ class RelayConnection:
                 raise
         self._reader = FrameReader()
         self._heard = False  # a frame came back (see recv)
+        self.reconnected = False  # a rejoin found the relay up: only the connection was new (see register)
 
     def send(self, kind: Kind, body: dict[str, Any] | None = None) -> None:
         try:
@@ -221,28 +222,53 @@ def observe(conn: RelayConnection, timeout: float) -> tuple[tuple[str, int], int
     return (str(observed[0]), int(observed[1])), probe_port if isinstance(probe_port, int) else None
 
 
-def probe_mapping(url: str, probe_port: int, sock: socket.socket, timeout: float = 2.0) -> tuple[str, int] | None:
-    """Connect `sock` (bound to the shared port) to the relay's probe port: where does the relay see it?
+#: The probe is tried this many times, each attempt this long: a lost SYN costs one attempt, not the detection.
+PROBE_TRIES = 3
+PROBE_TIMEOUT = 0.75
+
+
+def probe_nat(url: str, probe_port: int, bind: Callable[[], socket.socket]) -> tuple[tuple[str, int] | None, str]:
+    """Connect from the shared port (a socket `bind` makes) to the relay's probe port: where does the relay see it?
 
     Behind a NAT that keeps one mapping per local port (cone), the answer
     equals what the main relay port observed; behind a symmetric NAT it
-    differs. None when the probe fails (then the NAT type stays unknown).
+    differs. Tried ``PROBE_TRIES`` times; (None, why) when no attempt got an
+    answer (then the NAT kind is unknown), else (the address, "").
     """
+    started = time.monotonic()
+    failures: list[str] = []
+    for _ in range(PROBE_TRIES):
+        seen, why = _probe_once(url, probe_port, bind())
+        if seen is not None:
+            return seen, ""
+        failures.append(why)
+    host, _ = parse_relay_url(url)
+    return None, (
+        f"the relay's probe port {host}:{probe_port} did not answer ({'; '.join(dict.fromkeys(failures))}; "
+        f"{PROBE_TRIES} tries in {time.monotonic() - started:.1f} s): a firewall may filter it"
+    )
+
+
+def _probe_once(url: str, probe_port: int, sock: socket.socket) -> tuple[tuple[str, int] | None, str]:
     host, _ = parse_relay_url(url)
     try:
-        sock.settimeout(timeout)
+        sock.settimeout(PROBE_TIMEOUT)
         sock.connect(_resolve(host, probe_port))
         reader = FrameReader()
         while (frame := reader.next()) is None:
             chunk = sock.recv(4096)
             if not chunk:
-                return None  # closed before a whole answer
+                return None, "closed before it answered"
             reader.feed(chunk)
         body = decode_body(*frame)
         observed = body["observed"]
-        return str(observed[0]), int(observed[1])
-    except (OSError, ProtocolError, KeyError, TypeError, ValueError, IndexError):
-        return None
+        return (str(observed[0]), int(observed[1])), ""
+    except socket.timeout:
+        return None, "timed out"
+    except OSError as exc:
+        return None, exc.strerror or str(exc)
+    except (ProtocolError, KeyError, TypeError, ValueError, IndexError) as exc:
+        return None, f"a bad answer: {exc}"
     finally:
         sock.close()
 
@@ -257,12 +283,16 @@ def register(
     timeout: float,
     probe: tuple[str, int] | None = None,
     rejoin_as: tuple[str, int] | None = None,
+    nat: dict[str, str] | None = None,
 ) -> tuple[int, int, tuple[str, int]]:
     """Take a rank slot; returns (rank, size, the address the relay saw us come from).
 
-    `rejoin_as`: this rank is taking its slot again on a relay that restarted
-    (the launcher re-created the job with ``resume``); the value is the
-    address the first relay observed it at, which peers still punch to.
+    `nat`: the kind of NAT this rank found it is behind, and why it is unknown
+    if it is ({"kind": ..., "note": ...}: the launcher shows it).
+    `rejoin_as`: this rank is taking its slot again, on a new connection: its
+    old one broke, or the relay restarted (and the launcher re-created the job
+    with ``resume``); the value is the address the relay first observed it at,
+    which peers still punch to. ``reconnected`` (see ``rejoined``) tells which.
     """
     body: dict[str, Any] = {
         "job": job, "token": token, "rank": rank, "incarnation": incarnation, "endpoints": [list(e) for e in endpoints],
@@ -270,6 +300,8 @@ def register(
     }
     if probe is not None:
         body["probe"] = list(probe)
+    if nat is not None:
+        body["nat"] = nat
     if rejoin_as is not None:
         body["resume"] = True
         body["observed"] = list(rejoin_as)
@@ -278,6 +310,7 @@ def register(
         body = conn.expect(Kind.REGISTERED, timeout)
     except socket.timeout:
         raise RelayError(f"the relay at {conn.url} did not answer the registration within {timeout:g} s", "timeout") from None
+    conn.reconnected = body.get("reconnected") is True
     return body["rank"], body["size"], (body["observed"][0], body["observed"][1])
 
 

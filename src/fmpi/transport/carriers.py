@@ -206,6 +206,8 @@ class Carriers:
             self.repost_inflight(rank)
         peer.state = PeerState.RELAYED
         peer.kind = "relayed"
+        if old is None and not peer.why:
+            peer.why = self.linker.why_relayed(peer)
         self.linker.cancel_punch(rank)
         peer.stream.detach()
         self._sender.via_relay(peer, "resume")
@@ -272,6 +274,8 @@ class Carriers:
         self.linker.cancel_punch(rank)
         failed: list[Op] = list(peer.stream.fail(reason))
         failed += core.matcher.take_posted_where(lambda r: r.source == rank)
+        failed += peer.awaiting.values()
+        peer.awaiting.clear()
         recv, _ = core.inflight.pop(rank, (None, None))
         if recv is not None:
             failed.append(recv)

@@ -133,7 +133,7 @@ class Core:
             o = self.options
             stream = Stream(
                 self.rank, rank, copy_limit=o.copy_limit, ack_window=o.ack_window, ack_every=o.ack_every,
-                ack_bytes=o.ack_bytes,
+                ack_bytes=o.ack_bytes, eager_limit=o.eager_limit, credit=o.unexpected_max // max(1, self.size - 1),
             )
             peer = self.peers[rank] = Peer(rank, stream)
         return peer
@@ -158,10 +158,7 @@ class Core:
         elif n <= len(recv.buffer):
             recv.buffer[:n] = payload
         else:
-            recv.error = TransportError(
-                f"message truncated: {n} bytes from rank {source} (tag {tag}) do not fit a {len(recv.buffer)}-byte buffer",
-                "ERR_TRUNCATE",
-            )
+            recv.error = truncated(recv, source, tag, n)
         self.finish_recv(recv, source, tag, n)
 
     def finish_recv(self, recv: RecvOp, source: int, tag: int, nbytes: int) -> None:
@@ -172,19 +169,65 @@ class Core:
         recv.done = True
         self.wake.notify_locked()
 
-    def take_arrived(self, recv: RecvOp, msg: Arrived) -> None:
-        """Complete `recv` from a message of the unexpected queue (lock held)."""
+    def take_arrived(self, recv: RecvOp, msg: Arrived) -> int:
+        """Complete `recv` from a message of the unexpected queue (lock held), or, for an announcement,
+        have it wait for the payload (the caller sends the CTS: ``Sender.took``). Returns the CREDIT due
+        to the sender now (``flow.Credit.consume``; 0: none)."""
+        if msg.announced >= 0:
+            peer = self.peers[msg.source]
+            if peer.error is not None:  # it failed after announcing: its payload will never come
+                recv.error = peer.error
+                self.complete_locked(recv)
+            else:
+                peer.awaiting[msg.announced] = recv
+            return 0
+        credit = self.peers[msg.source].stream.credit.consume(msg.cost) if msg.cost else 0
         lane = msg.lane
         if lane is None:
-            self.fill(recv, msg.source, msg.tag, msg.payload)
-            return
+            self.fill(recv, msg.source, msg.tag, msg.payload)  # type: ignore[arg-type]
+            return credit
         # Still in a shared-memory lane: copy it out once, then free its bytes in the ring.
         payload = msg.payload
         self.fill(recv, msg.source, msg.tag, payload if recv.buffer is not None else bytearray(payload))
         msg.lane = None
         lane.drop(msg.lane_token)
         payload.release()  # type: ignore[union-attr]
+        return credit
+
+    def deliver_payload(self, rank: int, rts_seq: int, tag: int, nbytes: int, payload: memoryview | bytearray | None) -> None:
+        """(lock held) The payload of an announced message arrived: complete the receive that waits for it
+        (``Peer.awaiting``). `payload`: the bytes, or None when they were read straight into its buffer (or
+        discarded, when they did not fit it)."""
+        recv = self.peers[rank].awaiting.pop(rts_seq, None)
+        if recv is None:
+            return  # (its peer failed meanwhile: the receive has its error)
+        if payload is not None:
+            self.fill(recv, rank, tag, payload if recv.buffer is not None else bytearray(payload))
+        else:
+            if recv.buffer is not None and nbytes > len(recv.buffer):
+                recv.error = truncated(recv, rank, tag, nbytes)
+            self.finish_recv(recv, rank, tag, nbytes)
+
+    def payload_destination(self, rank: int, rts_seq: int, nbytes: int) -> memoryview | bytearray | None:
+        """(lock held) Where the payload of an announced message goes: its receive's buffer, a buffer made
+        now for a receive without one, or None (discard: it does not fit, or nobody waits for it)."""
+        recv = self.peers[rank].awaiting.get(rts_seq)
+        if recv is None:
+            return None
+        if recv.buffer is None:
+            recv.payload = bytearray(nbytes)
+            return recv.payload
+        return recv.buffer[:nbytes] if nbytes <= len(recv.buffer) else None
 
     def links(self) -> list[Link]:
         """(lock held) Every TCP link, current or replaced by the relay."""
         return [p.link for p in self.peers.values() if p.link is not None] + self.old_links
+
+
+def truncated(recv: RecvOp, source: int, tag: int, nbytes: int) -> TransportError:
+    """The error of a receive whose buffer is too small for the message that matched it."""
+    size = 0 if recv.buffer is None else len(recv.buffer)
+    return TransportError(
+        f"message truncated: {nbytes} bytes from rank {source} (tag {tag}) do not fit a {size}-byte buffer",
+        "ERR_TRUNCATE",
+    )

@@ -122,7 +122,7 @@ class Engine:
             with core.lock:
                 core.check_fatal()
                 peer = core.peer(dest)
-                if peer.error is not None:
+                if peer.error is not None and not peer.stream.discards(op):
                     raise peer.error
                 if peer.state is PeerState.NONE or (peer.state is PeerState.SETUP and not peer.planned):
                     self._linker.need(peer)
@@ -142,8 +142,8 @@ class Engine:
                     core.matcher.unpost(op)
                     raise peer.error
                 return op
-            core.take_arrived(op, msg)
-        self._sender.matched_sync(msg.source, msg.sync)
+            credit = core.take_arrived(op, msg)
+        self._sender.took(msg, credit)
         return op
 
     def sendrecv(
@@ -181,7 +181,7 @@ class Engine:
         with core.lock:
             core.check_fatal()
             msg = core.matcher.find_unexpected(pattern)
-            return None if msg is None else (msg.source, msg.tag, len(msg.payload))
+            return None if msg is None else (msg.source, msg.tag, msg.nbytes)
 
     def probe(self, source: int, context: int, tag: int, timeout: float | None = None) -> tuple[int, int, int]:
         """(source, tag, nbytes) of the first matching message, once one has arrived (left in place)."""
@@ -193,7 +193,7 @@ class Engine:
                 core.check_fatal()
                 msg = core.matcher.find_unexpected(pattern)
                 if msg is not None:
-                    return msg.source, msg.tag, len(msg.payload)
+                    return msg.source, msg.tag, msg.nbytes
                 if source != ANY_SOURCE and source != self.rank:
                     peer = core.peer(source)
                     if peer.error is not None:
@@ -201,12 +201,16 @@ class Engine:
                 core.wake.sleep(deadline, "probe")
 
     # ================================================================ waiting
-    def wait(self, op: Op, timeout: float | None = None) -> None:
-        """Block until `op` completes; raises its error."""
+    def wait(self, op: Op, timeout: float | None = None, read_links: bool = True) -> None:
+        """Block until `op` completes; raises its error. `read_links=False`: sleep until the progress thread
+        (or another waiting thread) has delivered it, never holding links — for a service thread that
+        waits for anyone (an RMA window's), which would otherwise take every link from the program's
+        own waits and make each of them a thread hand-off."""
         if not op.done:
-            timeout = self._try_held(op, timeout)
+            if read_links:
+                timeout = self._try_held(op, timeout)
             if not op.done:
-                self.waiter.block(lambda: op.done, (op,), timeout, "wait")
+                self.waiter.block(lambda: op.done, (op,), timeout, "wait", read_links)
         if op.error is not None:
             raise op.error
 
@@ -317,16 +321,17 @@ class Engine:
         return {s.name.lower(): states.count(s) for s in PeerState if states.count(s)}
 
     def traffic(self) -> dict[str, int]:
-        """Bytes this rank sent and received over TCP links and the relay connection, so far."""
+        """Bytes this rank sent and received over TCP links and the relay connection (and over the relay alone), so far."""
         with self.core.lock:
             links = self.core.links()
         sent = sum(link.bytes_out for link in links)
         received = sum(link.bytes_in for link in links)
         relay = self.core.relay
-        if relay is not None:
-            sent += relay.bytes_out
-            received += relay.bytes_in
-        return {"sent": sent, "received": received}
+        relay_sent = relay.bytes_out if relay is not None else 0
+        relay_received = relay.bytes_in if relay is not None else 0
+        # (the relay's share apart: a relay host bills its data transfer, links between functions do not)
+        return {"sent": sent + relay_sent, "received": received + relay_received,
+                "relay_sent": relay_sent, "relay_received": relay_received}
 
     def link_stats(self) -> list[dict[str, Any]]:
         """One entry per peer a link was made to: kind, set-up seconds, failovers."""

@@ -75,6 +75,13 @@ class WaitRegistry:
             tag = "any tag" if op.tag == ANY_TAG else f"tag {op.tag}"
             return f"a receive from {source} ({tag}) on {place}"
         if isinstance(op, SendOp):
+            if op.announced:
+                return (
+                    f"a send of {op.nbytes} bytes to rank {op.dest}, announced and waiting for rank {op.dest} to post "
+                    f"a matching receive (above FMPI_EAGER_LIMIT or past FMPI_UNEXPECTED_MAX, a message moves only "
+                    f"then; two ranks that both send such messages before they receive wait for each other, as "
+                    f"under MPICH: post the receive first, or use Sendrecv or Isend)"
+                )
             why = "to match it" if op.sync else "to take it"
             return f"a send of {op.nbytes} bytes to rank {op.dest} (waiting for rank {op.dest} {why})"
         return "a non-blocking collective running in the background"

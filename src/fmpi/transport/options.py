@@ -21,6 +21,10 @@ experiment overrides from the environment:
                                            ranks than cores (fmpirun sets it then; default 0)
     FMPI_SHM=0                             no shared-memory lanes between ranks on one host (shm_lane.py;
                                            default: links between such ranks get them)
+    FMPI_EAGER_LIMIT=BYTES                 larger messages are announced and move once their receive is
+                                           posted (rendezvous; default 1M)
+    FMPI_UNEXPECTED_MAX=BYTES              early messages a rank buffers at most, shared among its peers
+                                           as credits (default 128M; flow control, stream.py)
     FMPI_DEBUG_LINKS=1                     trace link set-up and failover on stderr
 """
 
@@ -38,12 +42,16 @@ from .spinning import default_spin
 #: relay: every link through the relay.
 CHANNELS = settings.CHANNELS
 
+_VARIABLE = {"eager_limit": "FMPI_EAGER_LIMIT", "unexpected_max": "FMPI_UNEXPECTED_MAX"}
+
+
 @dataclass(frozen=True)
 class TransportOptions:
     channel: str = "auto"
     connect_timeout: float = 10.0  # one handshake, end to end
     direct_timeout: float = 2.0  # one plain connect() to a peer thought reachable
     punch_timeout: float = 3.0  # one hole punch (both sides start within a relay round trip)
+    unsure_punch_timeout: float = 1.0  # ... of a pair whose NAT kinds are not both known, before it relays
     punch_gather: float = 0.002  # link requests arriving this close together are punched in one batch
     link_timeout: float = 5.0  # TCP_USER_TIMEOUT + keepalive on established links
     resume_timeout: float = 20.0  # the peer must answer a RESUME through the relay within this
@@ -62,6 +70,8 @@ class TransportOptions:
     spin: float = field(default_factory=default_spin)  # FMPI_SPIN_US: poll before sleeping in a wait (spinning.py)
     spin_yield: bool = False  # FMPI_SPIN_YIELD: sched_yield between those polls
     lane_capacity: int = DEFAULT_CAPACITY  # bytes per shared-memory lane direction; 0: no lanes (FMPI_SHM=0)
+    eager_limit: int = 1 << 20  # FMPI_EAGER_LIMIT: larger messages go by rendezvous (stream.py)
+    unexpected_max: int = 128 << 20  # FMPI_UNEXPECTED_MAX: early eager bytes a rank buffers, over all its peers
 
     def __post_init__(self) -> None:
         if self.channel not in CHANNELS:
@@ -71,9 +81,9 @@ class TransportOptions:
             if f.name == "spin":
                 if not value >= 0:
                     raise ValueError(f"FMPI_SPIN_US must be 0 or more microseconds, not {value * 1e6!r}")
-            elif f.name == "lane_capacity":
+            elif f.name in ("lane_capacity", "eager_limit", "unexpected_max"):
                 if not value >= 0:
-                    raise ValueError(f"lane_capacity must be 0 (no lanes) or more bytes, not {value!r}")
+                    raise ValueError(f"{_VARIABLE.get(f.name, f.name)} must be 0 or more bytes, not {value!r}")
             elif f.name == "relay_rejoin":
                 if not value >= 0:
                     raise ValueError(f"FMPI_RELAY_REJOIN must be 0 or more seconds, not {value!r}")
@@ -89,6 +99,7 @@ class TransportOptions:
             "resume_timeout": s.resume_timeout, "direct_timeout": s.direct_timeout,
             "heartbeat_timeout": s.heartbeat_timeout, "op_timeout": s.op_timeout, "relay_rejoin": s.relay_rejoin,
             "spin": default_spin(env) if s.spin is None else s.spin, "spin_yield": s.spin_yield,
+            "eager_limit": s.eager_limit, "unexpected_max": s.unexpected_max,
         }
         if not s.shm:
             values["lane_capacity"] = 0

@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 
 from .links.link import Link
-from .requests import TransportError
+from .requests import RecvOp, TransportError
 from .stream import Stream
 
 
@@ -35,6 +35,7 @@ class Peer:
         "error",
         "heard_bye",
         "lost",
+        "awaiting",
         # set-up
         "steps",
         "planned",
@@ -48,6 +49,7 @@ class Peer:
         "awaiting_resume",
         # statistics
         "kind",
+        "why",
         "setup_seconds",
         "failovers",
     )
@@ -60,6 +62,8 @@ class Peer:
         self.error: TransportError | None = None
         self.heard_bye = False
         self.lost: TransportError | None = None  # the relay says it left; its link's EOF will end it
+        # Receives matched to its announcements (RTS), waiting for their payloads, by the RTS's seq.
+        self.awaiting: dict[int, RecvOp] = {}
         self.steps: list[str] = []  # set-up steps still to try ("direct", "punch", "relay")
         self.planned = False  # whether this side's own plan was loaded (else only answering the peer)
         self.running: str | None = None  # the step in progress
@@ -71,6 +75,7 @@ class Peer:
         self.setup_started: float | None = None
         self.awaiting_resume = False  # we said RESUME through the relay and wait for the peer's
         self.kind: str | None = None  # "direct", "punched" or "relayed", once up
+        self.why = ""  # why a pair is relayed (for fmpirun -v)
         self.setup_seconds: float | None = None
         self.failovers = 0
 
@@ -83,4 +88,5 @@ class Peer:
             # large payloads went through shared memory (shm_lane.py): the peer is on this host
             # (after a failover the pair is relayed: no more lanes)
             "shared_memory": self.kind != "relayed" and self.link is not None and self.link.lane_out is not None,
+            **({"why": self.why} if self.kind == "relayed" and self.why else {}),
         }

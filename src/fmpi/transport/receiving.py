@@ -23,11 +23,13 @@ from .assembler import FrameAssembler
 from .core import Core
 from .requests import Arrived
 from .sending import Sender
+from .flow import MESSAGE_COST
 from .stream import Stream
 
 # Frames at least this large that their sender waits on are acknowledged the
 # moment they are in; smaller ones once the read batch is done (one ACK for many).
 EARLY_ACK = 256 * 1024
+_SEQUENCED = frozenset((Kind.DATA, Kind.MATCHED, Kind.BYE, Kind.RTS, Kind.CTS, Kind.CREDIT))
 
 
 class Receiver:
@@ -57,6 +59,12 @@ class Receiver:
             self.acknowledged(stream, header.ack)
         if not stream.check_seq(header.seq):
             return None  # a duplicate (resent after a failover): discard its bytes
+        if header.flags & Flag.RNDV:  # an announced payload: its receive is matched already
+            with core.lock:
+                dest = core.payload_destination(rank, header.context, header.nbytes)
+                # (no receive in `inflight`: after a failover it waits for the resent payload, unmatched by none)
+                core.inflight[rank] = (None, bytearray())
+            return None if dest is None else memoryview(dest)
         with core.lock:
             recv = core.matcher.take_posted(header.context, rank, header.tag)
             dest: memoryview | bytearray
@@ -87,21 +95,29 @@ class Receiver:
             self._touched.add(rank)
         elif flags & Flag.ACK_NOW and n >= EARLY_ACK:
             self._sender.after_write(stream.send_ack(), [])
+        if flags & Flag.RNDV:
+            with core.lock:
+                core.deliver_payload(rank, context, tag, n, payload)
+            return
         with core.lock:
             recv = core.matcher.take_posted(context, rank, tag)
             if recv is None:
                 sync = seq if flags & Flag.SYNC else None
+                cost = n + MESSAGE_COST
                 if flags & Flag.LANE:  # it waits in the lane for its receive: no copy now (``LaneReader.hold``)
                     lane = source.lane
-                    msg = Arrived(context, rank, tag, payload, sync, lane, lane.hold())  # type: ignore[union-attr]
+                    msg = Arrived(context, rank, tag, payload, sync, lane, lane.hold(), cost)  # type: ignore[union-attr]
                 else:
-                    msg = Arrived(context, rank, tag, bytearray(payload), sync)
+                    msg = Arrived(context, rank, tag, bytearray(payload), sync, None, 0, cost)
                 core.matcher.add_unexpected(msg)
                 core.wake.notify_locked()  # a probe may be waiting
                 return
             core.fill(recv, rank, tag, payload if recv.buffer is not None else bytearray(payload))
+            credit = stream.credit.consume(n + MESSAGE_COST)
         if flags & Flag.SYNC:
             self._sender.matched_sync(rank, seq)
+        if credit:
+            self._sender.control(rank, Kind.CREDIT, credit)
 
     def frame_finished(self, source: FrameAssembler, header: Header, payload: memoryview | None) -> None:
         if source.retired:
@@ -112,8 +128,8 @@ class Receiver:
         kind = header.kind
         if header.ack > stream._acked_in:
             self.acknowledged(stream, header.ack)
-        if kind is Kind.DATA or kind is Kind.MATCHED or kind is Kind.BYE:  # sequenced
-            if not stream.accept(header.seq, header.nbytes, header.flags):
+        if kind in _SEQUENCED:
+            if not stream.accept(header.seq, header.nbytes if kind is Kind.DATA else 0, header.flags):
                 return  # a duplicate
             if header.flags & Flag.ACK_NOW and header.nbytes >= EARLY_ACK:
                 # The sender waits for this large frame: acknowledge before waking the
@@ -124,6 +140,12 @@ class Receiver:
             # (a TCP link's reader acknowledges after its batch: see ``Waiter.read_link_here``, ``Carriers.on_link_event``)
             if kind is Kind.DATA:
                 self._deliver(rank, header)
+            elif kind is Kind.RTS:
+                self._announced(rank, header)
+            elif kind is Kind.CTS:
+                self._sender.send_payload(stream, header.context)
+            elif kind is Kind.CREDIT:
+                stream.credit.given_back(header.context)
             elif kind is Kind.MATCHED:
                 op = stream.take_sync(header.context)
                 if op is not None:
@@ -150,21 +172,44 @@ class Receiver:
     def _deliver(self, rank: int, header: Header) -> None:
         core = self._core
         sync_seq = header.seq if header.flags & Flag.SYNC else None
+        cost = header.nbytes + MESSAGE_COST
         with core.lock:
             recv, dest = core.inflight.pop(rank, (None, bytearray()))
-            if recv is not None:
+            if header.flags & Flag.RNDV:
+                core.deliver_payload(rank, header.context, header.tag, header.nbytes, None)
+                return
+            if recv is not None:  # (matched when its header came: ``frame_started`` answered a SYNC then)
+                sync_seq = None
                 if recv.buffer is not None and header.nbytes <= len(recv.buffer):
                     core.finish_recv(recv, rank, header.tag, header.nbytes)
                 else:
                     core.fill(recv, rank, header.tag, dest)
-                return
+            else:
+                recv = core.matcher.take_posted(header.context, rank, header.tag)
+                if recv is None:
+                    core.matcher.add_unexpected(Arrived(header.context, rank, header.tag, dest, sync_seq, None, 0, cost))
+                    core.wake.notify_locked()  # a probe may be waiting
+                    return
+                core.fill(recv, rank, header.tag, dest)
+            credit = core.peers[rank].stream.credit.consume(cost)
+        self._sender.matched_sync(rank, sync_seq)
+        if credit:
+            self._sender.control(rank, Kind.CREDIT, credit)
+
+    def _announced(self, rank: int, header: Header) -> None:
+        """An RTS: a matching receive waits for the payload, which the CTS asks for; else the announcement
+        waits in the unexpected queue, where probes see it with its size."""
+        core = self._core
+        with core.lock:
             recv = core.matcher.take_posted(header.context, rank, header.tag)
             if recv is None:
-                core.matcher.add_unexpected(Arrived(header.context, rank, header.tag, dest, sync_seq))
+                core.matcher.add_unexpected(
+                    Arrived(header.context, rank, header.tag, None, None, announced=header.seq, nbytes=header.nbytes)
+                )
                 core.wake.notify_locked()  # a probe may be waiting
                 return
-            core.fill(recv, rank, header.tag, dest)
-        self._sender.matched_sync(rank, sync_seq)
+            core.peers[rank].awaiting[header.seq] = recv
+        self._sender.control(rank, Kind.CTS, header.seq)
 
     def after_reads(self) -> None:
         """After a batch of relay reads: acknowledge now, or arm the delayed-ACK timer (progress thread)."""

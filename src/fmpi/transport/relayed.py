@@ -4,8 +4,10 @@ The rank's registered relay connection (``relay_channel.RelayChannel``)
 carries the job's control frames (aborts, a peer lost, an undeliverable
 FORWARD: passed to the rank's session, the ``RelayHandler``), heartbeats
 both ways, and the pair streams that go through the relay (FORWARD chunks,
-reassembled per peer here and handed to the receiver). A relay that
-restarted is adopted again (``replace_relay``); a relay that vanished ends
+reassembled per peer here and handed to the receiver). A relay connection
+made again (the relay restarted, or the old connection broke) is adopted
+(``replace_relay``); a peer whose own relay connection broke and came back
+(PEER_BACK) gets its relayed stream started over; a relay that vanished ends
 the rank through its session.
 """
 
@@ -104,17 +106,17 @@ class Relayed:
         events = READ | (WRITE if channel.has_queued() else 0)
         core.loop.register(channel.sock, events, self._on_relay_event)
         self._last_beat = time.monotonic()
-        core.loop.call_later(core.options.heartbeat_interval, self._heartbeat)
+        core.loop.call_later(core.options.heartbeat_interval, lambda: self._heartbeat(channel))
 
-    def _heartbeat(self) -> None:
+    def _heartbeat(self, relay: RelayChannel) -> None:
         """Progress thread, every heartbeat_interval: tell the relay we live; notice when it no longer does.
 
         A relay (or the path to it) that vanishes without a FIN would leave this
         rank waiting forever; the relay beats too, once it has heard ours.
+        Each connection has its own beat, which ends with it.
         """
         core = self._core
-        relay = core.relay
-        if relay is None or relay.lost:
+        if relay is not core.relay or relay.lost:
             return
         now = time.monotonic()
         interval = core.options.heartbeat_interval
@@ -128,7 +130,7 @@ class Relayed:
             return
         if not relay.send_control(RelayKind.HEARTBEAT, {}):
             self._sender.want_write(relay)
-        core.loop.call_later(core.options.heartbeat_interval, self._heartbeat)
+        core.loop.call_later(core.options.heartbeat_interval, lambda: self._heartbeat(relay))
 
     def _relay_gone(self, exc: Exception) -> None:
         core = self._core
@@ -181,14 +183,38 @@ class Relayed:
             assert core.relay is not None
             core.relay.beats_heard = True
             return
-        if kind in (RelayKind.UNDELIVERABLE, RelayKind.PEER_LOST):
+        if kind in (RelayKind.UNDELIVERABLE, RelayKind.PEER_LOST, RelayKind.PEER_BACK):
             rank = body.get("rank")
-            if isinstance(rank, int) and 0 <= rank < core.size and rank != core.rank:
+            if not (isinstance(rank, int) and 0 <= rank < core.size and rank != core.rank):
+                return
+            if kind is RelayKind.PEER_BACK:
+                self._peer_back(rank)
+            else:
                 self._peer_gone(rank, str(body.get("reason", "lost")))
             return
         handler = core.handler
         if handler is not None:
             handler.relay_control(kind, body)
+
+    def _peer_back(self, rank: int) -> None:
+        """`rank`'s relay connection broke and it reconnected: what was relayed between us in the meantime is lost
+        both ways, and a frame from it may have been cut in its middle.
+
+        So its stream is read afresh, the relay hears RESYNCED (our FORWARDs to it
+        start at a frame boundary from here on: it drops those before), and a
+        relayed pair exchanges RESUME again, as after a relay restart.
+        """
+        core = self._core
+        relay = core.relay
+        assert relay is not None
+        with core.lock:
+            self._assemblers.pop(rank, None)
+            if not relay.send_control(RelayKind.RESYNCED, {"rank": rank}):
+                self._sender.want_write(relay)
+            peer = core.peers.get(rank)
+            if peer is not None and peer.state is PeerState.RELAYED:
+                self._carriers.repost_inflight(rank)
+                self._carriers.go_relay_locked(peer)
 
     def _peer_gone(self, rank: int, why: str) -> None:
         """The relay says `rank` left the job (finished, or lost without finalizing)."""

@@ -52,13 +52,16 @@ class SendOp(Op):
     the payload (or its private copy) a resend after a failover needs. One object per message, not two.
     """
 
-    __slots__ = ("dest", "seq", "sync", "nbytes", "kind", "flags", "tag", "context", "parts", "on_write", "copied")
+    __slots__ = (
+        "dest", "seq", "sync", "nbytes", "kind", "flags", "tag", "context", "parts", "on_write", "copied", "announced",
+    )
 
     def __init__(self, dest: int, nbytes: int, sync: bool) -> None:
         super().__init__()
         self.dest = dest
         self.nbytes = nbytes
         self.sync = sync
+        self.announced = False  # announced (rendezvous) and waiting for the peer's receive (``Stream.push_data``)
         self.seq = -1
         self.kind: Kind = Kind.DATA  # a message (``control`` makes the others)
         # The frame's other fields are set by the stream when it takes the send (``Stream.push_data``;
@@ -94,18 +97,24 @@ class RecvOp(Op):
 
 
 class Arrived:
-    """A message that arrived before anyone asked for it (the unexpected queue)."""
+    """A message that arrived before anyone asked for it (the unexpected queue), or only its announcement."""
 
-    __slots__ = ("context", "source", "tag", "payload", "sync", "lane", "lane_token")
+    __slots__ = ("context", "source", "tag", "payload", "nbytes", "sync", "lane", "lane_token", "cost", "announced")
 
     def __init__(
-        self, context: int, source: int, tag: int, payload: bytearray | memoryview, sync: "int | SendOp | None",
-        lane: LaneReader | None = None, lane_token: int = 0,
+        self, context: int, source: int, tag: int, payload: bytearray | memoryview | None, sync: "int | SendOp | None",
+        lane: LaneReader | None = None, lane_token: int = 0, cost: int = 0, announced: int = -1, nbytes: int = 0,
     ) -> None:
         self.context = context
         self.source = source
         self.tag = tag
+        # None for an announcement (RTS): the payload moves once a receive matches it.
         self.payload = payload
+        self.nbytes = len(payload) if payload is not None else nbytes
+        # What taking it gives back to the sender's credit (``flow.Credit.consume``; 0: nothing, as for a self-send).
+        self.cost = cost
+        # The announcement's seq (the CTS names it), or -1 for a message that is here whole.
+        self.announced = announced
         # The sender waits until this is matched: the seq to ACK to a remote
         # sender, or the SendOp itself for a synchronous send to self.
         self.sync = sync

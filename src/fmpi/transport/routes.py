@@ -5,13 +5,8 @@ The relay tells every rank, for every rank: the address it listens on (its
 the relay saw its connection come from (*observed*: its public endpoint
 behind a NAT), and, when the rank is behind a NAT, the address a second relay
 port saw (*probe*). From these alone, both ends of a pair compute the same
-plan:
-
-* ``none``: observed == private, nobody translates (a local job, a public host);
-* ``cone``: translated, and the same public port towards both relay ports
-  (endpoint-independent mapping: the observed endpoint works for everyone);
-* ``symmetric``: a different public port per destination, so the endpoint
-  the relay saw is useless to other peers.
+plan; the kind of NAT each end is behind (none, cone, symmetric, or unknown
+when the probe did not answer) is ``wire/nat_kinds.py``'s rule.
 
 Plan steps, tried in order until one yields a link:
 
@@ -23,7 +18,10 @@ Plan steps, tried in order until one yields a link:
     TCP simultaneous open from the shared port, coordinated through the
     relay, to the private then the observed endpoint. Skipped when doomed:
     a symmetric NAT on either side and neither end public (the other side's
-    SYNs could never match the mapping).
+    SYNs could never match the mapping). When either end's NAT kind is
+    unknown, the pair punches for a short while only (``unsure``): a cone
+    pair punches in a round trip or two, and a doomed one reaches the relay
+    without waiting out the whole punch deadline.
 ``relay``
     frames forwarded by fmpi-relay.
 """
@@ -31,6 +29,8 @@ Plan steps, tried in order until one yields a link:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from ..wire.nat_kinds import NONE, SYMMETRIC, UNKNOWN, nat_kind
 
 Endpoint = tuple[str, int]
 
@@ -46,15 +46,11 @@ class PeerAddress:
 
     @property
     def public(self) -> bool:
-        return self.observed in self.endpoints
+        return self.nat == NONE
 
     @property
     def nat(self) -> str:
-        if self.public:
-            return "none"
-        if self.probe is not None and self.probe != self.observed:
-            return "symmetric"
-        return "cone"
+        return nat_kind(self.endpoints, self.observed, self.probe)
 
 
 @dataclass(frozen=True)
@@ -63,6 +59,8 @@ class Route:
     punch: tuple[Endpoint, ...] = ()
     punchable: bool = True
     notes: tuple[str, ...] = field(default=(), compare=False)
+    unsure: bool = False  # a NAT kind of either end is unknown: punch briefly (TransportOptions.unsure_punch_timeout)
+    doomed: str = ""  # why punching cannot work ("": it may), for the error of a forced punch
 
     def steps(self, channel: str) -> list[str]:
         """The steps of an active link set-up under a forced or automatic channel choice."""
@@ -102,11 +100,26 @@ def plan_route(me: PeerAddress, peer: PeerAddress) -> Route:
         direct = peer.endpoints
         notes.append("same public address (same host or LAN)")
     punch = tuple(dict.fromkeys([*peer.endpoints, peer.observed]))
-    symmetric = "symmetric" in (me.nat, peer.nat)
-    punchable = not symmetric or me.public or peer.public
-    if not punchable:
-        notes.append("symmetric NAT and neither end public: punching cannot work")
-    return Route(direct, punch, punchable, tuple(notes))
+    public = me.public or peer.public
+    doomed = "" if public else _symmetric(me, peer)
+    if doomed:
+        notes.append("symmetric NAT, neither end public")
+    unsure = not public and not doomed and UNKNOWN in (me.nat, peer.nat)
+    if unsure:
+        notes.append("NAT kind unknown: a short punch")
+    return Route(direct, punch, not doomed, tuple(notes), unsure, doomed)
+
+
+def _symmetric(me: PeerAddress, peer: PeerAddress) -> str:
+    """Who of the pair is behind a symmetric NAT, in words ("": neither)."""
+    mine, theirs = me.nat == SYMMETRIC, peer.nat == SYMMETRIC
+    if mine and theirs:
+        return f"this rank and rank {peer.rank} are behind symmetric NATs"
+    if mine:
+        return f"this rank is behind a symmetric NAT (rank {peer.rank}: {peer.nat})"
+    if theirs:
+        return f"rank {peer.rank} is behind a symmetric NAT (this rank: {me.nat})"
+    return ""
 
 
 def plan_routes(me: int, world: dict[int, PeerAddress]) -> dict[int, Route]:

@@ -16,7 +16,7 @@ from .peers import Peer
 from .progress import READ, WRITE
 from .relay_channel import RelayChannel, RelayRoute
 from .requests import Arrived, SendOp
-from .stream import Carrier
+from .stream import Carrier, Stream
 
 _CONTROL = {"punch": Kind.PUNCH, "resume": Kind.RESUME, "diagnose": Kind.DIAGNOSE}
 
@@ -62,6 +62,27 @@ class Sender:
                 if isinstance(token, SendOp) and token.on_write:
                     core.complete_locked(token)
             core.wake.notify_locked()
+
+    def took(self, msg: Arrived, credit: int) -> None:
+        """A receive took `msg` from the unexpected queue (``Core.take_arrived``; lock released): ask for an
+        announced payload (CTS), tell a synchronous sender it matched, return `credit` (0: none due)."""
+        if msg.announced >= 0:
+            self.control(msg.source, Kind.CTS, msg.announced)  # (a failed stream drops it)
+        elif msg.sync is not None:
+            self.matched_sync(msg.source, msg.sync)
+        if credit:
+            self.control(msg.source, Kind.CREDIT, credit)
+
+    def control(self, rank: int, kind: Kind, context: int) -> None:
+        """A sequenced frame without payload (CTS, CREDIT, MATCHED) to `rank`."""
+        self.after_write(self._core.peers[rank].stream.push_control(kind, context), [])
+
+    def send_payload(self, stream: Stream, rts_seq: int) -> None:
+        """The peer's CTS for the announcement `rts_seq`: send that message's payload."""
+        op = stream.take_rndv(rts_seq)
+        if op is not None:
+            queued, done = stream.push_payload(op)
+            self.after_write(queued, [op] if done else [])
 
     def matched_sync(self, source: int, sync: int | SendOp | None) -> None:
         """A synchronous send was matched: tell its sender (or complete it, for a self-send)."""

@@ -1,8 +1,8 @@
 """One pair's reliable, ordered frame stream, independent of what carries it.
 
 Each direction of a pair is numbered: every sequenced frame (DATA, MATCHED,
-BYE) takes the next ``seq``, and stays in ``unacked`` until the peer's
-cumulative acknowledgement covers it. The carrier under the stream (a TCP
+BYE, and flow control's RTS, CTS, CREDIT: ``flow.py``) takes the next ``seq``,
+and stays in ``unacked`` until the peer's cumulative acknowledgement covers it. The carrier under the stream (a TCP
 link, the relay) may change: when a link dies, the engine detaches it, the
 two sides exchange RESUME through the relay (each says what it holds), and
 ``attach`` resends everything from that point on the new carrier. The
@@ -12,14 +12,12 @@ is never delivered twice, and nothing is lost or reordered.
 What is kept for resending (the trade-off):
 
 * a message of at most ``copy_limit`` bytes (256 KiB) is copied once, into
-  a recycled buffer; its send completes as soon as the frame is written, as
-  before (blocking sends keep their latency, windows of non-blocking sends
-  their overlap);
+  a recycled buffer (``copy_pool.py``); its send completes as soon as the frame is written;
 * a larger message is *not* copied: the stream keeps a reference to the
   user's buffer, and the send completes when the peer acknowledges it (the
-  frame asks for an immediate ACK). A blocking ``Send`` of a large message
-  thus returns one acknowledgement later, and no extra copy of large
-  payloads ever exists;
+  frame asks for an immediate ACK), so no extra copy of large payloads exists;
+* a message sent by rendezvous (``flow.py``) waits in ``rndv`` for the
+  peer's CTS, then goes as any other;
 * a synchronous send keeps its reference and completes on MATCHED, which
   implies receipt;
 * a message of at least ``LANE_MIN`` bytes to a rank on the same host, sent
@@ -32,10 +30,8 @@ What is kept for resending (the trade-off):
   link.
 
 Acknowledgements ride in the ``ack`` field of every frame going the other
-way. A bare ACK goes out only when a frame asked for one, when
-``ack_every`` frames or ``ack_bytes`` are unacknowledged, or after
-``ack_delay`` without traffic to ride on (the engine decides, see
-``ack_due``).
+way; a bare ACK goes out only when a frame asked for one, when ``ack_every``
+frames or ``ack_bytes`` are unacknowledged, or after ``ack_delay`` (``ack_due``).
 
 Locking: ``lock`` guards both directions' counters; the send side is called
 from any thread. The receive side runs under ``rx_lock``, held by whoever
@@ -51,13 +47,9 @@ import threading
 from collections import deque
 from typing import Protocol
 
-from ..wire.rank_frames import (
-    HEADER,
-    Flag,
-    FrameError,
-    Kind,
-    pack_header,
-)
+from ..wire.rank_frames import HEADER, Flag, FrameError, Kind, pack_header
+from .copy_pool import POOL_MIN, CopyPool
+from .flow import Credit
 from .links.shm_lane import LANE_MIN
 from .requests import SendOp, TransportError
 
@@ -66,7 +58,6 @@ _pack = HEADER.pack  # (``pack_header`` without its Python frame, on the per-mes
 
 _NOTHING: tuple[list[SendOp], bool] = ([], False)
 _NO_PARTS: list[memoryview] = []
-POOL_MIN = 4096  # copies below this are plain bytes
 
 
 class Carrier(Protocol):
@@ -89,6 +80,8 @@ class Stream:
         ack_window: int = 4 << 20,
         ack_every: int = 32,
         ack_bytes: int = 1 << 20,
+        eager_limit: int = 1 << 20,
+        credit: int = 128 << 20,
     ) -> None:
         self.me = me
         self.peer = peer
@@ -107,8 +100,9 @@ class Stream:
         self.failed: TransportError | None = None
         self._copied_unacked = 0
         self._acked_in = 0  # the highest acknowledgement seen from the peer
-        self._pool: dict[int, list[bytearray]] = {}  # recycled copy buffers by size (power of two)
-        self._pooled = 0
+        self._copies = CopyPool(ack_window)  # the buffers of copied messages, recycled
+        self.credit = Credit(eager_limit, credit)  # flow control (flow.py)
+        self.rndv: dict[int, SendOp] = {}  # announced sends waiting for the peer's CTS, by their RTS's seq
         # receive side
         self.recv_next = 0
         self.acked_out = 0
@@ -123,11 +117,44 @@ class Stream:
         Returns (a carrier that kept part of the frame queued, or None;
         whether `op` is complete now). A small message completes as soon as
         it is copied and written; a failed stream completes `op` with its
-        error at once.
+        error at once. A message above the eager limit, or past the peer's
+        credit, is only announced (RTS): its payload follows the peer's CTS
+        (``push_payload``).
         """
-        with self.lock:
+        self.lock.acquire()
+        if op.kind is Kind.DATA and self.failed is None and not self.credit.eager(op.nbytes):
+            return self._announce(op, tag, context, parts)
+        return self._push(op, tag, context, parts, 0)
+
+    def push_payload(self, op: SendOp) -> tuple[Carrier | None, bool]:
+        """The peer matched the announcement of `op` (its CTS): send the payload, flagged RNDV, naming the
+        announcement's seq in `context`. As ``push_data``; the receive is matched, so a synchronous send
+        completes as any other."""
+        self.lock.acquire()
+        op.sync = False
+        return self._push(op, op.tag, op.seq, op.parts, Flag.RNDV)
+
+    def _announce(self, op: SendOp, tag: int, context: int, parts: list[memoryview]) -> tuple[Carrier | None, bool]:
+        """(lock held; ``_push`` releases it) Send an RTS for `op`, which waits in ``rndv`` for the CTS."""
+        op.announced = True
+        op.tag = tag
+        op.context = context
+        op.parts = parts
+        op.seq = self.next_seq
+        self.rndv[op.seq] = op
+        rts = SendOp.control(self.peer, Kind.RTS)
+        rts.nbytes = op.nbytes  # (the header's size field announces it; no payload follows)
+        return self._push(rts, tag, context, _NO_PARTS, 0)[0], False
+
+    def _push(
+        self, op: SendOp, tag: int, context: int, parts: list[memoryview], extra: int
+    ) -> tuple[Carrier | None, bool]:
+        """(lock held: released here) Give `op` the next seq, keep it for resending and write its frame
+        (see ``push_data``; `extra`: flags to add)."""
+        try:
             if self.failed is not None:
-                op.error = self.failed
+                if not self.discards(op):
+                    op.error = self.failed
                 return None, True
             seq = self.next_seq
             self.next_seq = seq + 1
@@ -136,7 +163,7 @@ class Stream:
             flags = copied = 0
             on_write = True  # (else the op completes on ACK or MATCHED)
             laned = None
-            if nbytes >= LANE_MIN and carrier is not None and self.next_unsent == seq:
+            if parts and nbytes >= LANE_MIN and carrier is not None and self.next_unsent == seq:  # (RTS: no parts)
                 lane = getattr(carrier, "lane_out", None)
                 if lane is not None:
                     laned = lane.place(parts, nbytes)  # (None: no room, it goes inline)
@@ -146,10 +173,10 @@ class Stream:
                 self.sync[seq] = op
             elif laned is not None:
                 parts = [laned]
-            elif nbytes <= self._copy_limit:
-                if nbytes:
-                    # (below POOL_MIN the copy is plain bytes: ``_copy`` is for the larger ones)
-                    parts = [b"".join(parts) if nbytes < POOL_MIN else self._copy(parts, nbytes)]
+            elif nbytes <= self._copy_limit or not parts:
+                if parts and nbytes:
+                    # (below POOL_MIN the copy is plain bytes: the pool is for the larger ones)
+                    parts = [b"".join(parts) if nbytes < POOL_MIN else self._copies.copy(parts, nbytes)]
                     copied = nbytes
                     self._copied_unacked += nbytes
                     if self._copied_unacked > self._ack_window:
@@ -157,6 +184,7 @@ class Stream:
             else:
                 flags = Flag.ACK_NOW
                 on_write = False
+            flags |= extra
             op.seq = seq
             op.flags = flags
             op.tag = tag
@@ -178,6 +206,8 @@ class Stream:
             # (which need only our lock) are not held up by a long sendmsg.
             wlock = carrier.wlock
             wlock.acquire()
+        finally:
+            self.lock.release()
         try:
             written = carrier.write_held(frame, op)
         finally:
@@ -185,10 +215,8 @@ class Stream:
         return (None, on_write) if written else (carrier, False)
 
     def push_control(self, kind: Kind, context: int = 0) -> Carrier | None:
-        """Add a sequenced frame without payload (MATCHED, BYE) and write it if a carrier is attached.
-
-        Returns the carrier if it kept part of the frame queued.
-        """
+        """Add a sequenced frame without payload (MATCHED, BYE, CTS, CREDIT) and write it if a carrier is
+        attached; returns the carrier if it kept part of the frame queued."""
         return self.push_data(SendOp.control(self.peer, kind), 0, context, [])[0]
 
     def control(self, kind: Kind) -> list[memoryview]:
@@ -236,6 +264,12 @@ class Stream:
             done = self._drop_acked(upto)
             return done, before > 0 and not self.unacked
 
+    def discards(self, op: SendOp) -> bool:
+        """An eager standard-mode send to a peer that finalized completes, discarded, as MPI libraries' eager
+        sends do (erroneous in MPI, but zeus's pool stops its finalized workers so at exit)."""
+        return (op.kind is Kind.DATA and not op.sync and op.nbytes <= self.credit.eager_limit
+                and self.failed is not None and self.failed.error_class == "ERR_PEER_FINALIZED")
+
     def fail(self, error: TransportError) -> list[SendOp]:
         """No carrier will ever take this stream again: every op still waiting on it fails."""
         with self.lock:
@@ -243,14 +277,24 @@ class Stream:
             self.carrier = None
             ops = list(self.unacked)
             ops += self.sync.values()
+            ops += self.rndv.values()
             self.unacked.clear()
             self.sync.clear()
+            self.rndv.clear()
             # (the engine, holding its lock, skips ops already completed on write)
             return list({id(op): op for op in ops}.values())
 
     def pending(self) -> bool:
-        """Frames not yet acknowledged (or not even sent)."""
-        return bool(self.unacked)
+        """Frames not yet acknowledged (or not even sent), or announced payloads not yet asked for."""
+        return bool(self.unacked) or bool(self.rndv)
+
+    def take_rndv(self, rts_seq: int) -> SendOp | None:
+        """The announced send that the peer's CTS for `rts_seq` asks for."""
+        with self.lock:
+            op = self.rndv.pop(rts_seq, None)
+        if op is not None:
+            op.announced = False  # (its receive is posted: it waits for nothing but its payload's ACK now)
+        return op
 
     def take_sync(self, seq: int) -> SendOp | None:
         with self.lock:
@@ -267,40 +311,12 @@ class Stream:
             if copied:
                 self._copied_unacked -= copied
                 if copied >= POOL_MIN:  # (smaller copies are bytes, nothing to recycle)
-                    self._recycle(op.parts[0])
+                    self._copies.recycle(op.parts[0])
             op.parts = _NO_PARTS  # (a Request may outlive this: let go of the sender's buffer)
             # (an op completed on write is usually done already: skip it cheaply)
             if not op.done and not op.flags & Flag.SYNC:
                 done.append(op)
         return done
-
-    def _copy(self, parts: list[memoryview], nbytes: int) -> memoryview:
-        """A private copy of a message of at least POOL_MIN bytes, in a recycled buffer.
-
-        Fresh allocations of this size are fresh pages from the kernel (page
-        faults on every copy); recycling the buffers of acknowledged copies
-        keeps a copy at memcpy speed. The pool never holds more than
-        ``ack_window`` bytes per peer.
-        """
-        size = 1 << (nbytes - 1).bit_length()
-        free = self._pool.get(size)
-        if free:
-            buf = free.pop()
-            self._pooled -= size
-        else:
-            buf = bytearray(size)
-        view = memoryview(buf)
-        pos = 0
-        for p in parts:
-            view[pos : pos + len(p)] = p
-            pos += len(p)
-        return view[:nbytes]
-
-    def _recycle(self, view: memoryview) -> None:
-        buf = view.obj
-        if isinstance(buf, bytearray) and self._pooled + len(buf) <= self._ack_window:
-            self._pool.setdefault(len(buf), []).append(buf)
-            self._pooled += len(buf)
 
     def _frame(self, entry: SendOp) -> list[memoryview]:
         header = pack_header(entry.kind, entry.flags, self.me, entry.tag, entry.context, entry.seq, entry.nbytes, self._take_ack())

@@ -8,7 +8,8 @@ Every pair of ranks shares one ordered, reliable stream of frames per
 direction, whatever carries it (a TCP connection, the relay, or first one and
 then the other after a failover). DATA, MATCHED and BYE frames are
 *sequenced*: each takes the next ``seq`` of its direction, and the receiver
-drops a sequenced frame it has already seen. Every frame carries in ``ack``
+drops a sequenced frame it has already seen (RTS, CTS and CREDIT, the
+flow-control frames, are sequenced too). Every frame carries in ``ack``
 the sender's cumulative acknowledgement of the other direction ("I hold all
 your sequenced frames below this number"), so acknowledgements ride on
 traffic for free; a bare ACK frame is sent only when there is none.
@@ -37,6 +38,11 @@ class Kind(enum.IntEnum):
     RESUME = 5  # via the relay: "I now carry this pair through the relay; resend from `ack`"
     PUNCH = 6  # via the relay: "I need a link to you: punch towards me now"
     DIAGNOSE = 7  # via the relay: "print what you are waiting for" (hang diagnosis, hang.py)
+    # Flow control (transport/stream.py): a large message, or one past the receiver's credit, is announced
+    # and its payload moves once a receive matches it (rendezvous).
+    RTS = 8  # "a message of `nbytes` is ready" (sequenced; no payload follows: `nbytes` is the announced size)
+    CTS = 9  # "the announcement whose seq is in `context` matched a receive: send its payload" (sequenced)
+    CREDIT = 10  # "I have taken your early messages worth `context` bytes in all" (sequenced, cumulative)
 
 
 _KINDS: dict[int, Kind] = {int(k): k for k in Kind}  # a dict lookup is ~10x cheaper than Kind(k)
@@ -48,6 +54,7 @@ class Flag:
     SYNC = 1  # synchronous send: the receiver answers with MATCHED when it is matched
     ACK_NOW = 2  # the sender waits for this frame's acknowledgement: acknowledge at once
     LANE = 4  # the payload is not on the link but next in its shared-memory lane (shm_lane.py)
+    RNDV = 8  # a DATA frame that is the payload of the announcement (RTS) whose seq is in `context`
 
 
 class FrameError(Exception):
@@ -88,6 +95,6 @@ def parse_header(
         raise FrameError(f"unknown frame kind {number}")
     if nbytes > MAX_PAYLOAD:
         raise FrameError(f"frame length {nbytes} exceeds the limit of {MAX_PAYLOAD} bytes")
-    if kind is not Kind.DATA and nbytes:
+    if kind is not Kind.DATA and kind is not Kind.RTS and nbytes:
         raise FrameError(f"{kind.name} frame must not carry a payload (got {nbytes} bytes)")
     return Header(kind, flags, source, tag, context, seq, nbytes, ack)

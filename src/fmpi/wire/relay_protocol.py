@@ -41,17 +41,19 @@ class Kind(enum.IntEnum):
     OBSERVE = 13  # before REGISTER: where does the relay see this connection come from?
     LINK = 14  # a link to a peer came up or failed over (reported to the launcher)
     HEARTBEAT = 15  # rank <-> relay, every second: "still here" (a dead host behind a NAT sends no FIN)
+    RESYNCED = 16  # answer to PEER_BACK: this rank's FORWARDs to that rank start at a frame boundary from here
     # either -> relay
     ABORT = 20
     # relay -> client
     CREATED = 30
     REGISTERED = 31
     WORLD = 32
-    EVENT = 33  # job progress for the launcher: joined, world, finished, lost, output, link, rejoined
+    EVENT = 33  # job progress for the launcher: joined, world, finished, away, lost, output, link, rejoined
     ERROR = 34  # a request was refused, or the job failed; `code` says which
     UNDELIVERABLE = 35  # a FORWARD could not reach its rank (it finished, or is gone)
     PEER_LOST = 36  # a member of the job left without finalizing
     OBSERVED = 37  # answer to OBSERVE (and what the probe port says to any connection)
+    PEER_BACK = 38  # a member reconnected after its connection broke: its relayed stream starts over
     # rank <-> relay <-> rank
     FORWARD = 40  # binary: rank (i32) + a chunk of a relayed link's byte stream
     # distributed shared objects (relay_server/dso/store.py)
@@ -77,6 +79,7 @@ _FIELDS: dict[Kind, dict[str, type | tuple[type, ...]]] = {
     Kind.OUTPUT: {"stream": str, "data": str},
     Kind.ABORT: {"code": int, "reason": str},
     Kind.LINK: {"peer": int, "kind": str, "seconds": (int, float)},
+    Kind.RESYNCED: {"rank": int},
     Kind.DSO_CREATE: {"job": str, "token": str},
     Kind.DSO_ATTACH: {"job": str, "token": str},
 }

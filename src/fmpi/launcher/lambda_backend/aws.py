@@ -33,12 +33,14 @@ class Target:
     region: str
     endpoint_url: str | None  # None: AWS itself (or AWS_ENDPOINT_URL, which boto3 reads)
 
-    def client(self, service: str, *, workers: int = 10, read_timeout: float = 70.0) -> Any:
+    def client(self, service: str, *, workers: int = 10, read_timeout: float = 70.0, attempts: int = 9) -> Any:
+        """A client with botocore's own back-off for throttling and transient errors: `attempts` calls in all
+        (1: no retry)."""
         from botocore.config import Config
 
         config = Config(
-            # botocore's own back-off for throttling and transient errors on every call
-            retries={"mode": "standard", "max_attempts": 8},
+            # ("total_max_attempts": botocore reads a plain "max_attempts" as retries, one fewer than calls)
+            retries={"mode": "standard", "total_max_attempts": attempts},
             max_pool_connections=workers,
             connect_timeout=10,
             read_timeout=read_timeout,

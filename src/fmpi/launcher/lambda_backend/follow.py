@@ -5,7 +5,7 @@ join failures read from the function's log) into counts and wakes the
 supervisor; ``supervise`` decides, at every change, whether the job is done
 or failed, and with what message: a rank's abort or exit status, a rank that
 could not join, a lost rank (crashed, timed out, or mute), a world that never
-filled. ``cost_line`` is the job's Lambda bill, roughly, for every job.
+filled. What the job cost is ``cost_report``'s to say.
 """
 
 from __future__ import annotations
@@ -17,21 +17,21 @@ import threading
 import time
 from dataclasses import dataclass
 
-from ...lambda_runtime.event import STATUS_STREAM
+from ...lambda_runtime.event import STATUS_STREAM, RankEvent
+from ...lambda_runtime.fanout import block_of
 from ...util.ranges import ranks_phrase
 from ..job import Job, JobState
 from .deploy import MAX_TIMEOUT, FunctionConfig
 from .progress import Display, Printer
 
 GRACE = 10.0  # seconds past the function timeout before the launcher gives a rank up
-PRICE_PER_GB_SECOND = {"x86_64": 0.0000166667, "arm64": 0.0000133334}  # us-east-1, USD
-PRICE_PER_REQUEST = 0.20 / 1_000_000  # USD
 
 
 @dataclass
 class Outcome:
     code: int
     message: str | None = None
+    unfilled: bool = False  # the world did not fill in time (fmpirun then names the invocations that never joined)
 
 
 class Watcher:
@@ -46,6 +46,11 @@ class Watcher:
         self.durations: dict[int, float] = {}
         self.invoked_count = 0
         self.join_failure: tuple[int, str] | None = None
+        # rank -> what its invocation told (request id, log stream; at its end timings, bytes, checkpoint requests)
+        self.invocations: dict[int, dict] = {}
+        # incarnation -> what fmpirun invoked (rank, the block it heads, spare or not) and Lambda's request id
+        self.requests: dict[str, dict] = {}
+        self.joined_incarnations: set[str] = set()
         self._linked: set[int] = set()
 
     def changed(self) -> None:
@@ -57,6 +62,13 @@ class Watcher:
             self.invoked_count += count
             self.display.update(invoked=self.invoked_count)
 
+    def accepted(self, event: RankEvent, request_id: str | None) -> None:
+        """Lambda accepted the invocation of `event` under `request_id`."""
+        spec, block = event.spec, block_of(event)
+        with self.cond:
+            self.requests[spec.incarnation] = {"rank": spec.rank, "last": block[-1], "request_id": request_id}
+        self.invoked(1)
+
     def could_not_join(self, rank: int, why: str) -> None:
         with self.cond:
             if self.join_failure is None:
@@ -66,6 +78,9 @@ class Watcher:
     def event(self, kind: str, body: dict) -> None:
         if kind == "joined":
             self.left.discard(body["rank"])
+            if isinstance(body.get("incarnation"), str):
+                with self.cond:
+                    self.joined_incarnations.add(body["incarnation"])
             self.display.update(joined=body.get("joined", 0))
         elif kind == "left":
             self.left.add(body["rank"])
@@ -86,6 +101,11 @@ class Watcher:
             with self.cond:
                 if status.get("linked"):
                     self._linked.add(rank)
+                if isinstance(status.get("request_id"), str):
+                    self.invocations.setdefault(rank, {}).update(request_id=status["request_id"],
+                                                                 log_stream=status.get("log_stream"))
+                if isinstance(status.get("final"), dict):
+                    self.invocations.setdefault(rank, {}).update(status["final"])
                 self.invoked_count += int(status.get("invoked", 0))
                 self.display.update(invoked=self.invoked_count, linked=len(self._linked))
 
@@ -116,7 +136,7 @@ def _verdict(job: Job, state: JobState, watcher: Watcher, cfg: FunctionConfig, s
                 ". A rank that never starts was throttled, failed to start, or was dropped by Lambda; "
                 f"see the function's logs: aws logs tail /aws/lambda/{cfg.name} --since 10m"
             )
-        return Outcome(1, message)
+        return Outcome(1, message, unfilled=state.failure.code == "fill_timeout")
     aborted = state.rank_abort()
     if aborted is not None:
         return Outcome(aborted.exit_code or 1, str(aborted))
@@ -171,12 +191,13 @@ def _give_up(job: Job, state: JobState, cfg: FunctionConfig, size: int) -> Outco
     if state.world_seconds is None:
         missing = sorted(set(range(size)) - state.joined)
         message = f"the world did not fill: {ranks_phrase(missing)} never joined"
-    else:
-        missing = sorted(set(range(size)) - set(state.finished))
-        message = (
-            f"{ranks_phrase(missing)} did not finish within the function timeout ({cfg.timeout} s): "
-            f"the platform stopped {'it' if len(missing) == 1 else 'them'}"
-        )
+        job.abort(1, message)
+        return Outcome(1, message, unfilled=True)
+    missing = sorted(set(range(size)) - set(state.finished))
+    message = (
+        f"{ranks_phrase(missing)} did not finish within the function timeout ({cfg.timeout} s): "
+        f"the platform stopped {'it' if len(missing) == 1 else 'them'}"
+    )
     job.abort(1, message)
     return Outcome(1, message)
 
@@ -196,19 +217,3 @@ def snapshot(job: Job) -> JobState:
 
     job.wait(take, 0)
     return box[0]
-
-
-def cost_line(cfg: FunctionConfig, watcher: Watcher, region: str, ended: float) -> str:
-    """The job's compute and requests at Lambda's prices: ranks that finished count until then, the others until
-    the job ended (an upper bound: a rank aborted then stops within a second)."""
-    invoked = max(watcher.invoked_count, len(watcher.durations))
-    unfinished = max(0, invoked - len(watcher.durations))
-    seconds = sum(watcher.durations.values()) + unfinished * min(max(0.0, ended - watcher.started), cfg.timeout)
-    gigabytes = cfg.memory / 1024
-    gb_seconds = gigabytes * seconds
-    price = PRICE_PER_GB_SECOND.get(cfg.architecture, PRICE_PER_GB_SECOND["x86_64"])
-    dollars = gb_seconds * price + invoked * PRICE_PER_REQUEST
-    return (
-        f"cost: {invoked} rank{'s' if invoked != 1 else ''}, about {seconds:.1f} rank-seconds x {gigabytes:.2f} GB = {gb_seconds:.1f} GB-s, "
-        f"about ${dollars:.5f} ({cfg.architecture} at us-east-1 prices; {region}'s may differ)"
-    )

@@ -28,8 +28,9 @@ from ...lambda_runtime.runtimes import (
     runtime_named,
 )
 from ...rank.spec import check_relay_url
-from .deploy import MAX_EVENT_AGE, MAX_TIMEOUT, MIN_EVENT_AGE, FunctionConfig
 from ..usage import UsageError
+from .deploy import MAX_EVENT_AGE, MAX_TIMEOUT, MIN_EVENT_AGE, FunctionConfig
+from .mpi4py_python import installed_mpi4py
 from .resources import LOG_RETENTION_DAYS
 
 BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")  # S3's rules, roughly
@@ -71,6 +72,9 @@ def resolve_program(command: list[str], code: str | None) -> tuple[Program, Path
         if len(rest) < 2:
             raise UsageError("python -m needs a module name")
         code_dir = Path(code or ".").resolve()
+        if rest[1].split(".")[0] == "mpi4py" and installed_mpi4py() is None:
+            raise UsageError(f"python -m {rest[1]} runs mpi4py's own Python modules against fmpi, and no mpi4py is "
+                             "installed here to take them from: pip install mpi4py (only its .py files are deployed)")
         return Program(module=rest[1], args=tuple(rest[2:])), _check_dir(code_dir)
     if rest[0].startswith("-"):
         raise UsageError(f"python option {rest[0]} is not supported by the Lambda backends")
@@ -191,6 +195,24 @@ def function_config(args: argparse.Namespace) -> FunctionConfig:
         max_event_age=int(min(MAX_EVENT_AGE, max(MIN_EVENT_AGE, args.fill_timeout))),
         log_retention=args.log_retention,
     )
+
+
+MB_PER_VCPU = 1769  # Lambda gives a function one vCPU per 1769 MB of memory ...
+MAX_VCPUS = 6  # ... and 6 at its 10240 MB maximum
+
+
+def ranks_per_function(args: argparse.Namespace) -> int:
+    """K of --ranks-per-function; by default one rank per vCPU that --memory buys (the nearest whole number,
+    at least 1: 1769 MB is one vCPU, 3538 MB two, 10240 MB six)."""
+    k = args.ranks_per_function
+    if k is None:  # (with --spare: one rank per function, which spares need)
+        return 1 if args.spare else max(1, min(MAX_VCPUS, round(args.memory / MB_PER_VCPU)))
+    if k < 1:
+        raise UsageError(f"--ranks-per-function must be at least 1 (got {k})")
+    if k > 1 and args.spare:
+        raise UsageError("--spare starts single ranks that take a free slot; it cannot be used with "
+                         "--ranks-per-function above 1")
+    return k
 
 
 def rank_environment(assignments: list[str], environ: dict[str, str] | None = None) -> dict[str, str]:

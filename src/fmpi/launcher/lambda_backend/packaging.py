@@ -5,6 +5,7 @@ Layout (the zip's root is the function's task root, ``/var/task``)::
     fmpi/...                 this fmpi (the handler is fmpi.lambda_runtime.handler.handler)
     numpy/..., aws_lambda_powertools/..., ...   dependencies built for the runtime (target_deps)
     app/...                  the program's directory (or --code DIR), minus secrets and caches (code_files)
+    fmpi_mpi4py/mpi4py/...   the .py files of the local mpi4py, if any (mpi4py.futures, .util: mpi4py_python)
     fmpi_bundle.json         what went in
     .../__pycache__/*.pyc    every .py above, compiled (see below)
 
@@ -55,6 +56,7 @@ from ...lambda_runtime.event import CODE_DIR
 from ...lambda_runtime.runtimes import Runtime, default_architecture, default_runtime
 from .code_files import IgnoreFileError, program_files
 from .libraries import LibraryMismatch, check_libraries
+from .mpi4py_python import installed_mpi4py, mpi4py_python_files
 from .target_deps import DependencyBuildError, target_dependencies
 
 ZIP_LIMIT = 50 * 1024 * 1024  # bytes: Lambda's limit for a zip uploaded with the API call (larger ones go through S3)
@@ -62,9 +64,10 @@ UNZIPPED_LIMIT = 250 * 1024 * 1024  # bytes: Lambda's limit for the unzipped fun
 # The limits above can be lowered (tests, or to send every zip through S3) with these variables, in bytes.
 ZIP_LIMIT_ENV = "FMPI_LAMBDA_ZIP_LIMIT"
 UNZIPPED_LIMIT_ENV = "FMPI_LAMBDA_UNZIPPED_LIMIT"
-VENDORED = ("numpy", "aws-lambda-powertools", "redis")  # what a rank needs that the runtime lacks (redis: redis:// relays)
+# what a rank needs that the runtime lacks (redis and cryptography: redis:// relays, whose messages are sealed)
+VENDORED = ("numpy", "aws-lambda-powertools", "redis", "cryptography")
 # The same, as pip requirements for the runtime's build (fmpi's own lower bounds).
-TARGET_REQUIREMENTS = ("numpy>=1.24", "aws-lambda-powertools>=3", "redis>=5")
+TARGET_REQUIREMENTS = ("numpy>=1.24", "aws-lambda-powertools>=3", "redis>=5", "cryptography>=42")
 RUNTIME_PROVIDED = frozenset(
     {"boto3", "botocore", "s3transfer", "jmespath", "python-dateutil", "six", "urllib3", "awslambdaric", "simplejson"}
 )
@@ -150,6 +153,7 @@ def build_bundle(
     cache = cache_dir or cache_root() / "lambda"
     entries: dict[str, Path] = {}
     _add_tree(entries, _fmpi_dir(), "fmpi")
+    entries.update(mpi4py_python_files(installed_mpi4py()))
     try:
         vendored = _add_dependencies(entries, deps, runtime, architecture, cache)
         for rel, path in program_files(code_dir).items():
@@ -169,8 +173,18 @@ def build_bundle(
         sort_keys=True,
     ).encode()
 
-    unzipped = sum(p.stat().st_size for p in entries.values()) + len(manifest)
     limit = unzipped_limit() if max_unzipped is None else max_unzipped
+    _refuse_too_large(entries, len(manifest), limit)
+    digest = _digest(entries, manifest)
+    path, cached, files, unzipped = _zip_into_cache(cache, digest, entries, manifest, compiles, limit)
+    zipped = path.stat().st_size
+    code_sha256 = base64.b64encode(hashlib.sha256(path.read_bytes()).digest()).decode()
+    return Bundle(path, digest, code_sha256, zipped, unzipped, files, cached, warnings)
+
+
+def _refuse_too_large(entries: dict[str, Path], manifest_size: int, limit: int) -> None:
+    """Refuse, before zipping, content over Lambda's unzipped limit, naming the largest files."""
+    unzipped = sum(p.stat().st_size for p in entries.values()) + manifest_size
     if unzipped > limit:
         biggest = sorted(entries.items(), key=lambda kv: kv[1].stat().st_size, reverse=True)[:3]
         raise PackagingError(
@@ -181,32 +195,31 @@ def build_bundle(
             "time), or provide dependencies from layers (--layers ARN, with --no-bundle-deps for numpy and powertools)."
         )
 
-    digest = _digest(entries, manifest)
+
+def _zip_into_cache(cache: Path, digest: str, entries: dict[str, Path], manifest: bytes, compiles: bool,
+                    limit: int) -> tuple[Path, bool, int, int]:
+    """(path, cached, files, unzipped bytes) of the zip of `entries` in the cache, written unless already there."""
     cache.mkdir(parents=True, exist_ok=True)
     path = cache / f"{digest[:32]}.zip"
-    cached = path.is_file()
-    if not cached:
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        try:
-            _write_zip(tmp, entries, manifest, compiles)
-        except BaseException:
-            tmp.unlink(missing_ok=True)  # Ctrl-C mid-zip leaves no half-written file behind
-            raise
-        files, unzipped = _contents(tmp)
-        if unzipped > limit:  # (only the compiled modules can have pushed it over)
-            tmp.unlink()
-            raise PackagingError(
-                f"the function is too large: {_mb(unzipped)} unzipped with its compiled modules, and Lambda allows "
-                f"at most {_mb(limit)}. Provide dependencies from layers (--layers ARN, with --no-bundle-deps)."
-            )
-        os.replace(tmp, path)
-        _prune(cache)
-    else:
+    if path.is_file():
         os.utime(path)
-        files, unzipped = _contents(path)
-    zipped = path.stat().st_size
-    code_sha256 = base64.b64encode(hashlib.sha256(path.read_bytes()).digest()).decode()
-    return Bundle(path, digest, code_sha256, zipped, unzipped, files, cached, warnings)
+        return (path, True, *_contents(path))
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    try:
+        _write_zip(tmp, entries, manifest, compiles)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # Ctrl-C mid-zip leaves no half-written file behind
+        raise
+    files, unzipped = _contents(tmp)
+    if unzipped > limit:  # (only the compiled modules can have pushed it over)
+        tmp.unlink()
+        raise PackagingError(
+            f"the function is too large: {_mb(unzipped)} unzipped with its compiled modules, and Lambda allows "
+            f"at most {_mb(limit)}. Provide dependencies from layers (--layers ARN, with --no-bundle-deps)."
+        )
+    os.replace(tmp, path)
+    _prune(cache)
+    return path, False, files, unzipped
 
 
 # ------------------------------------------------------------------- contents

@@ -25,6 +25,7 @@ from ...lambda_runtime.aws_errors import explain
 from ...lambda_runtime.event import EVENT_VERSION
 from ...rendezvous.urls import parse
 from .aws import LambdaError
+from .billing import Report, report_from_tail
 from .options import unreachable_from_lambda
 
 CONNECT_TIMEOUT = 5.0
@@ -56,13 +57,14 @@ def check_advertised(url: str, real_aws: bool) -> None:
             )
 
 
-def ping(lam: Any, name: str, version: str, relay_url: str, tls_ca: str | None, bundled: bool) -> dict[str, Any]:
-    """Invoke the deployed version once: it must import (numpy included) and reach the relay; returns its answer."""
+def ping(lam: Any, name: str, version: str, relay_url: str, tls_ca: str | None, bundled: bool) -> tuple[dict[str, Any], Report | None]:
+    """Invoke the deployed version once: it must import (numpy included) and reach the relay; returns its answer
+    and its REPORT line (from the log tail: the ping is billed too)."""
     event: dict[str, Any] = {"fmpi": EVENT_VERSION, "ping": True, "relay": relay_url}
     if tls_ca:
         event["tls_ca"] = tls_ca
     try:
-        reply = lam.invoke(FunctionName=name, Qualifier=version, Payload=json.dumps(event))
+        reply = lam.invoke(FunctionName=name, Qualifier=version, Payload=json.dumps(event), LogType="Tail")
     except Exception as exc:
         raise LambdaError(explain(exc, f"invoke {name}:{version}")) from None
     body = reply["Payload"].read().decode("utf-8", "replace")
@@ -92,4 +94,4 @@ def ping(lam: Any, name: str, version: str, relay_url: str, tls_ca: str | None, 
             "for TCP PORT from 0.0.0.0/0); a tls:// relay's certificate must be trusted (FMPI_TLS_CA is sent to "
             "the ranks). No rank was started"
         )
-    return answer
+    return answer, report_from_tail(reply.get("LogResult"))

@@ -55,6 +55,16 @@ class Display:
             if self._live is None and self.verbose:
                 log(text)
 
+    def platform_bound(self, cause: str, text: str) -> None:
+        """The platform, not fmpi, holds the launch back now (its scaling rule, its throttling): on the live line,
+        and said once per `cause` as a warning."""
+        with self.lock:
+            self.activity_text = text
+            first = cause not in self.reported
+            self.reported.add(cause)
+        if first:
+            self.warn(text)
+
     def note(self, text: str) -> None:
         """A detail shown only with --verbose."""
         if self.verbose:

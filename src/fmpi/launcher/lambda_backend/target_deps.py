@@ -7,7 +7,7 @@ the wheels the runtime can load::
 
     pip install --target DIR --implementation cp --python-version 3.11 \\
         --platform manylinux2014_x86_64 --platform manylinux_2_26_x86_64 ... \\
-        --only-binary=:all: numpy aws-lambda-powertools redis
+        --only-binary=:all: numpy aws-lambda-powertools redis cryptography
 
 and keeps the result in ``$FMPI_CACHE_DIR/lambda/deps/<key>`` (the key: the
 requirements, the runtime and the architecture), so pip runs once per

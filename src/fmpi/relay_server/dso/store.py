@@ -11,7 +11,7 @@ either a ``Reply`` at once or an ``asyncio.Future`` that resolves to one
 nothing but that future: no task or thread per waiter. A future cancelled by
 its owner (the client disconnected, or the wait timed out) is skipped, so
 nothing is handed to a waiter that is gone. The objects and their methods
-are in ``dso_objects.py``.
+are in ``objects.py`` (and ``rounds.py``: barrier, reducer).
 
 Memory is bounded per job (``max_bytes``) and per value (``max_value``);
 what does not fit is refused with ``DsoError("too_large" | "quota")``.

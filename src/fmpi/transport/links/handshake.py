@@ -3,16 +3,21 @@
 Whoever reaches a rank's listening (or punched) port must prove it belongs to
 the job before a single data frame is accepted, and the connecting rank must
 learn that it reached the right peer. Both sides know the job secret; neither
-sends it. Three messages, one and a half round trips:
+sends it. Four messages, two round trips:
 
-    connector -> HELLO    magic, version, src rank, dst rank, nonce_c, host_c
-    acceptor  -> REPLY    verdict, nonce_a, mac_a = HMAC(secret, "A" | nonce_c | nonce_a | src | dst), host_a
-    connector -> CONFIRM  mac_c = HMAC(secret, "C" | nonce_a | nonce_c | src | dst), channel
+    connector -> HELLO      magic, version, src rank, dst rank, nonce_c, host_c
+    acceptor  -> CHALLENGE  kind, nonce_a, mac_a = HMAC(secret, "A" | nonce_c | nonce_a | src | dst), host_a
+    connector -> CONFIRM    mac_c = HMAC(secret, "C" | nonce_a | nonce_c | src | dst), channel
+    acceptor  -> VERDICT    verdict, mac_v = HMAC(secret, "V" | nonce_c | nonce_a | src | dst | verdict)
 
-The acceptor's verdict also settles which of two crossing connections
-survives when both ranks connect at once (see ``Verdict``). CONFIRM tells the
-acceptor how the connector made the link (direct connect or hole punch), so
-both ends report it the same way. Data may follow CONFIRM immediately.
+The acceptor's verdict settles which of two crossing connections survives
+when both ranks connect at once (see ``Verdict``). It is decided only after
+CONFIRM proved the connector a member of the job: a stranger that sends a
+HELLO claiming a real rank and then stalls holds nothing of that pair (with
+the verdict in the first answer, it held the pair for the whole handshake
+timeout). CONFIRM tells the acceptor how the connector made the link (direct
+connect or hole punch), so both ends report it the same way. Data may follow
+VERDICT immediately.
 
 ``host_c`` and ``host_a`` are the two sides' ``shm_lane.host_key()``: when
 they are equal (same host, same network namespace, lanes not turned off),
@@ -23,12 +28,25 @@ link over like any read error.
 
 Hole punching makes roles ambiguous: after a TCP simultaneous open *both*
 ends called ``connect()`` and both send HELLO. ``initiate`` handles that: it
-sends HELLO and looks at the first byte that comes back. A REPLY (a verdict
+sends HELLO and looks at the first byte that comes back. A CHALLENGE (a kind
 byte) means the peer accepted our connection in the ordinary way. A HELLO
-(magic "F...") means a simultaneous open: the lower rank stays the connector
-(it skips the peer's HELLO and reads the REPLY to its own), the higher rank
-becomes the acceptor (it answers the peer's HELLO; its own HELLO is the one
-skipped). Both ends apply the same rule, so exactly one handshake runs.
+(magic "F...") means a simultaneous open: the lower rank stays the connector,
+the higher rank becomes the acceptor. Both ends apply the same rule, so
+exactly one handshake runs. It runs one round trip shorter than the plain
+one, because the HELLOs crossed: the acceptor's nonce is the one in its own
+HELLO, so the connector, holding both nonces once the peer's HELLO is in,
+sends CONFIRM at once instead of waiting for the CHALLENGE (which it still
+checks: the acceptor must prove itself before the connector trusts the
+VERDICT). From the first bytes to the connector's verdict: HELLOs cross,
+CONFIRM and CHALLENGE cross, VERDICT - three one-way trips, not five.
+Giving mac_c before seeing mac_a reveals nothing: it covers the connector's
+fresh nonce, so it answers no other challenge (a stranger at the peer's
+endpoint could relay it to that peer only by sitting in the path, where it
+could relay the whole handshake anyway).
+
+The acceptor's steps are also here without I/O (``Acceptance``), for the
+listener, which runs them for any number of connections at once on the
+progress thread (``acceptor.py``).
 """
 
 from __future__ import annotations
@@ -45,14 +63,18 @@ from typing import Callable
 from .shm_lane import NO_KEY
 
 MAGIC = b"FMPI"
-VERSION = 3
+VERSION = 5  # 5: the shorter handshake of a simultaneous open
 NONCE = 16
 MAC = 16
 
 HOST = 16  # shm_lane.host_key()
 HELLO = struct.Struct(f"<4sHii{NONCE}s{HOST}s")
-REPLY = struct.Struct(f"<B{NONCE}s{MAC}s{HOST}s")
+CHALLENGE = struct.Struct(f"<B{NONCE}s{MAC}s{HOST}s")
 CONFIRM = struct.Struct(f"<{MAC}sB")
+VERDICT = struct.Struct(f"<B{MAC}s")
+
+#: CHALLENGE's first byte: a challenge, or "this connection meant another rank" (nothing else follows).
+CHALLENGED = 0
 
 #: How the connector made the link, as carried in CONFIRM.
 CHANNEL_CODES = {"direct": 0, "punched": 1}
@@ -85,9 +107,13 @@ def lane_stem(my_host: bytes, their_host: bytes, nonce_c: bytes, nonce_a: bytes)
     return hashlib.sha256(nonce_c + nonce_a).hexdigest()[:24]
 
 
-def _mac(secret: bytes, label: bytes, first: bytes, second: bytes, src: int, dst: int) -> bytes:
-    msg = label + first + second + struct.pack("<ii", src, dst)
+def _mac(secret: bytes, label: bytes, first: bytes, second: bytes, src: int, dst: int, extra: bytes = b"") -> bytes:
+    msg = label + first + second + struct.pack("<ii", src, dst) + extra
     return hmac.new(secret, msg, hashlib.sha256).digest()[:MAC]
+
+
+def _confirm(secret: bytes, nonce_a: bytes, nonce_c: bytes, me: int, peer: int, channel: str) -> bytes:
+    return CONFIRM.pack(_mac(secret, b"C", nonce_a, nonce_c, me, peer), CHANNEL_CODES[channel])
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
@@ -112,38 +138,42 @@ def initiate(
     """Our half on a connection we opened (connected, blocking, with a timeout set).
 
     `decide` gives the verdict if this side turns out to be the acceptor of
-    a simultaneous open (we are the higher rank); without it such a
-    connection is refused. `host`: our ``shm_lane.host_key()`` (NO_KEY: no lanes).
+    a simultaneous open (we are the higher rank), once the peer proved itself;
+    without it such a connection is refused. `host`: our ``shm_lane.host_key()``
+    (NO_KEY: no lanes).
     """
     nonce_c = os.urandom(NONCE)
     sock.sendall(HELLO.pack(MAGIC, VERSION, me, peer, nonce_c, host))
+    early_challenge = b""  # in a simultaneous open: the peer's HELLO nonce, which its CHALLENGE must carry
     first = _recv_exact(sock, 1)
     if first == MAGIC[:1]:
-        hello = _check_hello(first + _recv_exact(sock, HELLO.size - 1), me)
+        hello = check_hello(first + _recv_exact(sock, HELLO.size - 1), me)
         if hello.src != peer:
             raise HandshakeError(f"the endpoint given for rank {peer} is rank {hello.src}")
         if me > peer:
             if decide is None:
                 raise HandshakeError(f"unexpected simultaneous open with rank {peer}")
-            return accept_side(sock, secret, me, hello, decide(), host)
+            return accept_side(sock, secret, me, hello, decide, host, nonce_a=nonce_c)
+        early_challenge = hello.nonce
+        sock.sendall(_confirm(secret, early_challenge, nonce_c, me, peer, channel))
         first = _recv_exact(sock, 1)  # the peer answers our HELLO next
-    verdict_raw, nonce_a, mac_a, their_host = REPLY.unpack(first + _recv_exact(sock, REPLY.size - 1))
-    if not hmac.compare_digest(mac_a, _mac(secret, b"A", nonce_c, nonce_a, me, peer)):
-        if verdict_raw == Verdict.WRONG_RANK:
-            raise HandshakeError(f"the endpoint given for rank {peer} belongs to another rank")
+    kind, nonce_a, mac_a, their_host = CHALLENGE.unpack(first + _recv_exact(sock, CHALLENGE.size - 1))
+    if kind == Verdict.WRONG_RANK:
+        raise HandshakeError(f"the endpoint given for rank {peer} belongs to another rank")
+    if kind != CHALLENGED or not hmac.compare_digest(mac_a, _mac(secret, b"A", nonce_c, nonce_a, me, peer)):
         raise HandshakeError(f"the endpoint given for rank {peer} failed authentication (not a member of this job)")
+    if not early_challenge:
+        sock.sendall(_confirm(secret, nonce_a, nonce_c, me, peer, channel))
+    elif nonce_a != early_challenge:
+        raise HandshakeError(f"rank {peer} challenged with another nonce than its HELLO's")
+    verdict_raw, mac_v = VERDICT.unpack(_recv_exact(sock, VERDICT.size))
+    if not hmac.compare_digest(mac_v, _mac(secret, b"V", nonce_c, nonce_a, me, peer, bytes([verdict_raw]))):
+        raise HandshakeError(f"rank {peer}'s verdict failed authentication")
     try:
         verdict = Verdict(verdict_raw)
     except ValueError:
         raise HandshakeError(f"unknown handshake verdict {verdict_raw}") from None
-    if verdict is Verdict.ACCEPT:
-        sock.sendall(CONFIRM.pack(_mac(secret, b"C", nonce_a, nonce_c, me, peer), CHANNEL_CODES[channel]))
     return Outcome(verdict, "connector", channel, lane_stem(host, their_host, nonce_c, nonce_a))
-
-
-def connect_side(sock: socket.socket, secret: bytes, me: int, peer: int, channel: str = "direct") -> Verdict:
-    """The connector's half on a plainly connected socket; returns the acceptor's verdict."""
-    return initiate(sock, secret, me, peer, channel).verdict
 
 
 @dataclass(frozen=True)
@@ -153,7 +183,7 @@ class Hello:
     host: bytes
 
 
-def _check_hello(raw: bytes, me: int) -> Hello:
+def check_hello(raw: bytes, me: int) -> Hello:
     magic, version, src, dst, nonce, host = HELLO.unpack(raw)
     if magic != MAGIC:
         raise HandshakeError("not an fmpi peer (bad magic)")
@@ -164,26 +194,62 @@ def _check_hello(raw: bytes, me: int) -> Hello:
     return Hello(src, nonce, host)
 
 
+def wrong_rank_answer(raw: bytes, me: int) -> bytes:
+    """What to send back for a HELLO of this protocol meant for another rank (b"" for anything else)."""
+    magic, version, _src, dst, _nonce, _host = HELLO.unpack(raw)
+    if magic == MAGIC and version == VERSION and dst != me:
+        return CHALLENGE.pack(Verdict.WRONG_RANK, bytes(NONCE), bytes(MAC), NO_KEY)
+    return b""
+
+
 def read_hello(sock: socket.socket, me: int) -> Hello:
     """Acceptor: read HELLO (what it claims; ``accept_side`` proves it)."""
     raw = _recv_exact(sock, HELLO.size)
-    magic, version, _src, dst, _nonce, _host = HELLO.unpack(raw)
-    if magic == MAGIC and version == VERSION and dst != me:
-        sock.sendall(REPLY.pack(Verdict.WRONG_RANK, bytes(NONCE), bytes(MAC), NO_KEY))
-    return _check_hello(raw, me)
+    answer = wrong_rank_answer(raw, me)
+    if answer:
+        sock.sendall(answer)
+    return check_hello(raw, me)
+
+
+class Acceptance:
+    """The acceptor's half after HELLO, without I/O: `challenge` to send, then `confirmed` with the CONFIRM that came
+    back (raises HandshakeError unless the connector proved itself), then `verdict` to send."""
+
+    def __init__(self, secret: bytes, me: int, hello: Hello, host: bytes = NO_KEY, nonce_a: bytes = b"") -> None:
+        self._secret, self._me, self.hello, self._host = secret, me, hello, host
+        self._nonce_a = nonce_a or os.urandom(NONCE)
+        self.challenge = CHALLENGE.pack(
+            CHALLENGED, self._nonce_a, _mac(secret, b"A", hello.nonce, self._nonce_a, hello.src, me), host
+        )
+
+    def confirmed(self, raw: bytes) -> str:
+        """Check CONFIRM; the channel the connector made the link by."""
+        mac_c, code = CONFIRM.unpack(raw)
+        src = self.hello.src
+        if not hmac.compare_digest(mac_c, _mac(self._secret, b"C", self._nonce_a, self.hello.nonce, src, self._me)):
+            raise HandshakeError(f"a connection claiming to be rank {src} failed authentication")
+        return CHANNEL_NAMES.get(code, "direct")
+
+    def verdict(self, verdict: Verdict) -> bytes:
+        nonces = (self.hello.nonce, self._nonce_a)
+        return VERDICT.pack(verdict, _mac(self._secret, b"V", *nonces, self.hello.src, self._me, bytes([verdict])))
+
+    def lane(self) -> str:
+        return lane_stem(self._host, self.hello.host, self.hello.nonce, self._nonce_a)
 
 
 def accept_side(
-    sock: socket.socket, secret: bytes, me: int, hello: Hello, verdict: Verdict, host: bytes = NO_KEY
+    sock: socket.socket, secret: bytes, me: int, hello: Hello, decide: Callable[[], Verdict], host: bytes = NO_KEY,
+    nonce_a: bytes = b"",
 ) -> Outcome:
-    """Acceptor: answer `hello` with `verdict`; on ACCEPT, verify CONFIRM (the outcome has the connector's channel)."""
-    nonce_a = os.urandom(NONCE)
-    src, nonce_c = hello.src, hello.nonce
-    sock.sendall(REPLY.pack(verdict, nonce_a, _mac(secret, b"A", nonce_c, nonce_a, src, me), host))
+    """Acceptor (blocking): challenge `hello`, check CONFIRM, then answer with ``decide()`` (called only for a
+    connector that proved itself); the outcome has the connector's channel. `nonce_a`: the challenge's nonce
+    (in a simultaneous open, the one of our own HELLO; otherwise a fresh one)."""
+    acceptance = Acceptance(secret, me, hello, host, nonce_a)
+    sock.sendall(acceptance.challenge)
+    channel = acceptance.confirmed(_recv_exact(sock, CONFIRM.size))
+    verdict = decide()
+    sock.sendall(acceptance.verdict(verdict))
     if verdict is not Verdict.ACCEPT:
         return Outcome(verdict, "acceptor", "")
-    mac_c, code = CONFIRM.unpack(_recv_exact(sock, CONFIRM.size))
-    if not hmac.compare_digest(mac_c, _mac(secret, b"C", nonce_a, nonce_c, src, me)):
-        raise HandshakeError(f"a connection claiming to be rank {src} failed authentication")
-    channel = CHANNEL_NAMES.get(code, "direct")
-    return Outcome(verdict, "acceptor", channel, lane_stem(host, hello.host, nonce_c, nonce_a))
+    return Outcome(verdict, "acceptor", channel, acceptance.lane())

@@ -89,10 +89,10 @@ class HeldLinks:
             if msg is None:
                 core.wake.claim((link,))
             else:  # the peer's message came first (the last read took it with the one before)
-                core.take_arrived(recv, msg)
+                credit = core.take_arrived(recv, msg)
         send = SendOp(peer.rank, len(parts[0]) if len(parts) == 1 else sum(map(len, parts)), False)
         if msg is not None:
-            self._sender.matched_sync(msg.source, msg.sync)
+            self._sender.took(msg, credit)
             self._sender.push_message(peer, send, tag, context, parts)
         else:
             try:

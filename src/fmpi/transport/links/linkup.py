@@ -11,16 +11,19 @@ the peer (b) through the relay and starts punching at once; b starts when the
 PUNCH arrives, one relay hop later (well within the 3 s punch deadline, and
 behind NATs that drop unsolicited SYNs the late side connects about one
 round trip after it starts). Links stay lazy: nobody punches a peer it was
-not asked for. Requests that arrive within ``punch_gather`` of each other
-are punched by one ``punch_many`` call (one selector loop for all of them,
-no thread per peer), on the shared local port that the relay observed.
+not asked for. A request punches at once; requests that arrive within
+``punch_gather`` of the last batch's start are gathered and punched by one
+``punch_many`` call (one selector loop for all of them, no thread per peer),
+on the shared local port that the relay observed (gathering every request
+would put 2 ms, ten one-way trips in a Lambda region, on each link's set-up).
 
 Handshakes and duplicates. Every connection runs the authenticated
-handshake (``handshake.py``) on the pool: ``initiate`` on connections we
-opened (plain or punched), the acceptor half on what our listener accepted
-(a peer's punch or plain connect that reached our port while we had no
-attempt of our own towards it). The acceptor's verdict keeps at most one
-connection per pair:
+handshake (``handshake.py``): ``initiate`` on the pool for connections we
+opened (plain or punched), the acceptor half on the progress thread for what
+our listener accepted (``acceptor.py``: a peer's punch or plain connect that
+reached our port while we had no attempt of our own towards it; a stranger
+holds no thread). The acceptor's verdict, given once the connector proved
+itself, keeps at most one connection per pair:
 
 * a second connection while one is linked or being accepted: DUPLICATE;
 * crossing connections while this side also has a HELLO out: the lower
@@ -42,12 +45,12 @@ import time
 from typing import Callable, Protocol, Sequence
 
 from ...natpunch.simultaneous_open import PunchCancel, PunchResult, punch_many
-from ...util.notices import RepeatedNotice
 from ..core import Core
 from ..peers import Peer, PeerState
 from ..requests import TransportError
 from ..routes import Route
-from .handshake import HandshakeError, Verdict, accept_side, initiate, read_hello
+from .acceptor import Acceptor
+from .handshake import HandshakeError, Verdict, initiate
 
 Endpoint = tuple[str, int]
 
@@ -77,15 +80,16 @@ class Linker:
     ) -> None:
         self._core = core
         self._events = events
-        self._refusals: RepeatedNotice | None = None  # (made on the first refusal: it names this rank)
+        self._acceptor = Acceptor(core, secret, host_key, self._verdict_for, self._install_accepted, self._accept_abandoned)
         self._via_relay = via_relay  # a PUNCH request to the peer through the relay (``Sender.via_relay``)
         self._secret = secret
         self._host_key = host_key  # sent in every handshake: peers with the same key get shared-memory lanes
         self._endpoints = endpoints
         self._routes = routes or {}
         self._local = local_addr
-        self._batch: dict[int, list[Endpoint]] = {}
+        self._batches: dict[float, dict[int, list[Endpoint]]] = {}  # punch deadline (s) -> peers to punch together
         self._cancels: dict[int, PunchCancel] = {}
+        self._last_batch = float("-inf")  # when the last punch batch started (monotonic)
         self._stopped = False
 
     # ================================================================ plans
@@ -142,6 +146,16 @@ class Linker:
             self._begin(peer)
         peer.accepting = True
         return Verdict.ACCEPT
+
+    def why_relayed(self, peer: Peer) -> str:
+        """Why this pair goes through the relay, in a few words (lock held)."""
+        if self._core.options.channel == "relay":
+            return "FMPI_CHANNEL=relay"
+        if self.route(peer.rank).doomed:
+            return "symmetric NAT, neither end public"
+        if peer.errors:
+            return peer.errors[-1].split(":", 1)[0]  # (the step that failed last, without its details)
+        return f"rank {peer.rank} could not link over TCP"
 
     def cancel_punch(self, rank: int) -> None:
         cancel = self._cancels.pop(rank, None)
@@ -241,26 +255,33 @@ class Linker:
         if peer.planned:
             # Ask the peer to punch towards us too (it ignores this if it already is).
             self._via_relay(peer, "punch")
-        self._batch[peer.rank] = list(self.route(peer.rank).punch)
-        if len(self._batch) == 1:
-            core.loop.call_later(core.options.punch_gather, self._start_batch)
+        route = self.route(peer.rank)
+        timeout = core.options.punch_timeout
+        if route.unsure and core.options.channel == "auto":
+            timeout = min(timeout, core.options.unsure_punch_timeout)  # (the relay is next: do not wait long)
+        batch = self._batches.setdefault(timeout, {})
+        batch[peer.rank] = list(route.punch)
+        if len(batch) == 1:  # a lone request punches at once; one that closely follows a batch is gathered
+            recent = time.monotonic() - self._last_batch < core.options.punch_gather
+            core.loop.call_later(core.options.punch_gather if recent else 0.0, lambda: self._start_batch(timeout))
 
-    def _start_batch(self) -> None:
+    def _start_batch(self, timeout: float) -> None:
         core = self._core
         with core.lock:
-            batch, self._batch = self._batch, {}
+            batch = self._batches.pop(timeout, {})
             if self._stopped or not batch:
                 return
+            self._last_batch = time.monotonic()
             cancel = PunchCancel()
             for rank in batch:
                 self._cancels[rank] = cancel
-        core.pool.submit(self._punch, batch, cancel)
+        core.pool.submit(self._punch, batch, cancel, timeout)
 
-    def _punch(self, batch: dict[int, list[Endpoint]], cancel: PunchCancel) -> None:
+    def _punch(self, batch: dict[int, list[Endpoint]], cancel: PunchCancel, timeout: float) -> None:
         """One punch_many for the batch; each peer is handed on the moment its outcome is known."""
         core = self._core
         assert self._local is not None
-        deadline = time.monotonic() + core.options.punch_timeout
+        deadline = time.monotonic() + timeout
         done: set[int] = set()
 
         def on_result(rank: int, result: PunchResult) -> None:
@@ -286,6 +307,9 @@ class Linker:
 
     def _punch_failed(self, rank: int, reason: str) -> None:
         core = self._core
+        doomed = self.route(rank).doomed
+        if doomed and core.options.channel == "punch":
+            reason = f"FMPI_CHANNEL=punch, but {doomed}: a hole punch cannot work ({reason})"
         with core.lock:
             peer = core.peers[rank]
             if peer.state is PeerState.SETUP:
@@ -353,46 +377,23 @@ class Linker:
         return True
 
     def accepted(self, sock: socket.socket) -> None:
-        """Our listener accepted a connection (progress thread): run the acceptor's half on the pool."""
-        self._core.pool.submit(self._accept, sock)
+        """Our listener accepted a connection (progress thread): its handshake runs there too (``acceptor.py``)."""
+        self._acceptor.add(sock)
 
-    def _accept(self, sock: socket.socket) -> None:
-        core = self._core
-        try:
-            origin = "{}:{}".format(*sock.getpeername()[:2])
-        except OSError:
-            origin = "an unknown address"
-        src = -1
-        verdict: Verdict | None = None
-        try:
-            sock.setblocking(True)
-            sock.settimeout(core.options.connect_timeout)
-            hello = read_hello(sock, core.rank)
-            src = hello.src
-            with core.lock:
-                if not 0 <= src < core.size or src == core.rank:
-                    raise HandshakeError(f"connection claims impossible rank {src}")
-                verdict = self.decide(core.peer(src), src)
-            outcome = accept_side(sock, self._secret, core.rank, hello, verdict, self._host_key)
-        except (OSError, HandshakeError) as exc:
-            sock.close()
-            with core.lock:
-                peer = core.peers.get(src)
-                if peer is not None and verdict is Verdict.ACCEPT:
-                    peer.accepting = False
-                    self.advance(peer)
-            # A connection closed before saying anything is the loser of a
-            # race (its side was linked meanwhile), or a port scan: not news.
-            silent = src == -1 and isinstance(exc, HandshakeError) and "closed the connection" in str(exc)
-            if not silent and "impossible" not in str(exc):
-                if self._refusals is None:
-                    self._refusals = RepeatedNotice(f"fmpi: rank {core.rank}: refused a connection")
-                self._refusals.say(f"{exc} (from {origin})")
-            return
-        if verdict is Verdict.ACCEPT:
-            self._events.install(src, sock, outcome.channel, "acceptor", outcome.lane)
-        else:
-            sock.close()
+    def _verdict_for(self, src: int) -> Verdict:
+        """The verdict on a connection that proved to be rank `src` (progress thread)."""
+        with self._core.lock:
+            return self.decide(self._core.peer(src), src)
+
+    def _install_accepted(self, src: int, sock: socket.socket, channel: str, lane: str) -> None:
+        self._events.install(src, sock, channel, "acceptor", lane)
+
+    def _accept_abandoned(self, src: int) -> None:
+        """An accepted connection broke before it became the link: the pair is free again."""
+        with self._core.lock:
+            peer = self._core.peers[src]
+            peer.accepting = False
+            self.advance(peer)
 
     def _note(self, rank: int, error: str) -> None:
         with self._core.lock:

@@ -1,0 +1,188 @@
+"""The target side of one-sided communication: a thread per window that applies what origins ask of its memory.
+
+fmpi has no NIC that writes into a peer's memory, so a window emulates RMA with messages, as MPICH's ch3 does
+over TCP: each rank runs a service thread that receives the origins' requests on the window's own
+communicator and applies them to its memory in arrival order. That gives MPI's guarantees:
+
+* passive target (``Lock``/``Put``/``Unlock``) progresses while the target's program computes or blocks in
+  another call — the thread, not the program, answers;
+* one origin's operations are applied in the order it issued them (MPI's non-overtaking rule on one
+  communicator), so a FLUSH answered means everything that origin sent before it is in the memory;
+* one thread applies everything, so each accumulate is atomic with respect to every other RMA operation on
+  the window, as MPI requires of ``Accumulate``, ``Get_accumulate``, ``Fetch_and_op`` and
+  ``Compare_and_swap``;
+* locks are granted here, in request order (an exclusive lock waits for the holders to leave).
+
+An error at the target (a displacement outside an attached region of a dynamic window) cannot interrupt an
+origin that has moved on; it is kept and sent back with that origin's next FLUSH or UNLOCK answer.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import Any, Callable
+
+import numpy as np
+
+from ..transport.requests import RecvOp, TransportError
+from ..wire import pickle_oob as serialize
+from . import op as ops
+from .buffers import message
+from .collspecs import simple
+from .constants import ANY_SOURCE, ANY_TAG
+from .datatypes import Datatype
+from .rma_constants import LOCK_EXCLUSIVE
+
+# Request kinds (the tag of a request on the window's request communicator).
+PUT, GET, ACC, GET_ACC, CAS, LOCK, UNLOCK, FLUSH, STOP = range(1, 10)
+
+# With FMPI_TIMEOUT set, how long one wait for the next request lasts before the thread waits again: an
+# explicit timeout keeps the hang check from counting an idle window as a hang. (Without FMPI_TIMEOUT the
+# thread waits without one: a wait with a deadline answered a request from another rank in 6 ms, not 0.3.)
+IDLE_WAIT = 3600.0
+
+# Where a displacement lands: (the memory, the byte offset in it) — or a ValueError.
+Locate = Callable[[int], tuple[memoryview, int]]
+
+
+class RmaError(Exception):
+    """A request the target could not apply; its text goes back to the origin."""
+
+
+class TargetService:
+    """Applies RMA requests to one rank's window memory (see the module docstring)."""
+
+    def __init__(self, requests: Any, replies: Any, locate: Locate) -> None:
+        self._requests = requests  # the window's request communicator (api Comm): only this thread receives on it
+        self._replies = replies  # where answers go, tagged with the origin's reply tag
+        self._locate = locate
+        self._holders: dict[int, int] = {}  # origin -> lock type it holds
+        self._waiting: deque[tuple[int, int, int]] = deque()  # (origin, lock type, reply tag), in request order
+        self._errors: dict[int, str] = {}  # origin -> the first error of its operations since its last flush
+        self._mutex = threading.Lock()  # one operation at a time: this thread's, or the own rank's (``local``)
+        self._thread = threading.Thread(target=self._serve, name="fmpi-rma-target", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self) -> None:
+        self._thread.join()
+
+    # ------------------------------------------------------------------ loop
+    def _serve(self) -> None:
+        comm = self._requests
+        engine = comm._engine
+        timeout = None if engine.options.op_timeout is None else IDLE_WAIT
+        while True:
+            try:
+                op = engine.irecv(ANY_SOURCE, comm._ctx, ANY_TAG, None)
+                while True:
+                    try:
+                        engine.wait(op, timeout, read_links=False)
+                        break
+                    except TransportError as exc:
+                        if exc.error_class != "ERR_TIMEOUT":
+                            raise
+            except TransportError:
+                return  # the rank's transport stopped (finalize, abort): the window goes with it
+            assert isinstance(op, RecvOp)
+            origin, kind = comm._comm_rank(op.status_source), op.status_tag
+            if kind == STOP:
+                return
+            with self._mutex:
+                self._handle(origin, kind, serialize.loads(op.payload))
+
+    def local(self, kind: int, args: tuple) -> Any:
+        """An operation of this rank on its own window, applied at once in the calling thread (no round trip
+        through the service thread; as atomic, under the same mutex). Raises what the operation raises."""
+        with self._mutex:
+            try:
+                return self._apply(kind, args)
+            except RmaError as exc:
+                raise ValueError(str(exc)) from None
+
+    def _handle(self, origin: int, kind: int, args: tuple) -> None:
+        if kind == LOCK:
+            lock_type, reply = args
+            self._waiting.append((origin, lock_type, reply))
+            self._grant()
+        elif kind in (UNLOCK, FLUSH):
+            (reply,) = args
+            if kind == UNLOCK:
+                self._holders.pop(origin, None)
+            self._answer(origin, reply, self._errors.pop(origin, None))
+            if kind == UNLOCK:
+                self._grant()
+        else:
+            reply = args[-1] if kind in (GET, GET_ACC, CAS) else None
+            try:
+                result = self._apply(kind, args)
+            except (RmaError, ValueError, TypeError) as exc:
+                if reply is None:
+                    self._errors.setdefault(origin, str(exc))
+                    return
+                result = RmaError(str(exc))
+            if reply is not None:
+                self._answer(origin, reply, result)
+
+    def _answer(self, origin: int, reply: int, value: Any) -> None:
+        self._replies.send(value, origin, reply)
+
+    def _grant(self) -> None:
+        """Grant waiting locks from the front of the queue while they are compatible with the holders."""
+        while self._waiting:
+            origin, lock_type, reply = self._waiting[0]
+            held = set(self._holders.values())
+            if lock_type == LOCK_EXCLUSIVE and held or LOCK_EXCLUSIVE in held:
+                return
+            self._waiting.popleft()
+            self._holders[origin] = lock_type
+            self._answer(origin, reply, None)
+
+    # ------------------------------------------------------------ operations
+    def _apply(self, kind: int, args: tuple) -> Any:
+        if kind == PUT:
+            disp, count, datatype, data = args
+            self._put(disp, count, datatype, data)
+            return None
+        if kind == GET:
+            disp, count, datatype, _ = args
+            return self._get(disp, count, datatype)
+        if kind in (ACC, GET_ACC):
+            disp, count, datatype, op_name, data = args[:5]
+            old = self._get(disp, count, datatype) if kind == GET_ACC else None
+            if op_name != "NO_OP":
+                self._accumulate(disp, count, datatype, getattr(ops, op_name), data)
+            return old
+        disp, datatype, compare, data, _ = args  # CAS
+        old = self._get(disp, 1, datatype)
+        if old == bytes(compare):
+            self._put(disp, 1, datatype, data)
+        return old
+
+    def _spec(self, disp: int, count: int, datatype: Datatype) -> list:
+        memory, offset = self._locate(disp)
+        return [memory[offset:], count, datatype]
+
+    def _put(self, disp: int, count: int, datatype: Datatype, data: Any) -> None:
+        msg = message(self._spec(disp, count, datatype), True)
+        data = memoryview(data).cast("B")
+        if len(data) > len(msg.view):
+            raise RmaError(f"{len(data)} bytes do not fit {count} x {datatype.name or 'datatype'} at the target")
+        msg.view[: len(data)] = data
+        if msg.unpack is not None:
+            msg.unpack(len(data))
+
+    def _get(self, disp: int, count: int, datatype: Datatype) -> bytes:
+        return bytes(message(self._spec(disp, count, datatype), False).view)
+
+    def _accumulate(self, disp: int, count: int, datatype: Datatype, op: ops.Op, data: Any) -> None:
+        target = simple(self._spec(disp, count, datatype), True)
+        current = target.array()
+        op.check(current.dtype, datatype.name)
+        incoming = np.frombuffer(memoryview(data).cast("B"), dtype=current.dtype)
+        if incoming.size != current.size:
+            raise RmaError(f"accumulate of {incoming.size} elements into {current.size} at the target")
+        op.combine(current, incoming, current, datatype)  # target = target op origin (REPLACE: origin)
+        target.finish()

@@ -1,0 +1,377 @@
+"""``MPI.Win``: one-sided communication windows — creation, synchronization, attributes.
+
+A window is three private duplicates of its communicator: ``requests`` (what origins ask of a target; only
+the target's service thread receives on it, see ``rma_target``), ``replies`` (the answers, each under a tag
+the asking origin chose) and ``sync`` (fence barriers and the post/start/complete/wait notices). The
+operations themselves are in ``rma_calls``.
+
+Synchronization maps onto acknowledgements: a target answers an origin's FLUSH after everything that origin
+sent before it, so ``Flush``, ``Unlock``, ``Fence`` and ``Complete`` end by flushing the targets the origin
+touched since its last synchronization. Locks are granted by the target's service thread, so a passive
+target needs no help from its program.
+
+Flavors: ``Create`` (the caller's memory), ``Allocate`` (an ``MPI.buffer``), ``Allocate_shared`` (one file
+mapped by every rank of a communicator on one host: ``Shared_query`` returns a peer's segment, and loads and
+stores reach it directly) and ``Create_dynamic`` (``Attach``/``Detach``; displacements are addresses).
+The memory model is ``WIN_UNIFIED``: the service thread writes into the very memory the program reads.
+"""
+
+from __future__ import annotations
+
+import itertools
+import operator
+import threading
+from typing import Any
+
+from . import exceptions as err
+from . import runtime
+from .buffers import byte_view
+from .constants import BOTTOM, PROC_NULL
+from .errhandler import ERRORS_RETURN
+from .group import Group
+from .info import Info
+from .memory import buffer
+from .packing import get_address
+from .rma_calls import RmaCalls
+from .rma_constants import (
+    LOCK_EXCLUSIVE, LOCK_SHARED, MODE_NOPRECEDE, WIN_FLAVOR_ALLOCATE, WIN_FLAVOR_CREATE, WIN_FLAVOR_DYNAMIC,
+    WIN_FLAVOR_SHARED,
+)
+from .rma_target import FLUSH, LOCK, STOP, UNLOCK, RmaError, TargetService
+from .win_attributes import WinAttributes
+from .win_memory import shared_segments, window_memory
+
+POSTED, COMPLETED = 1, 2  # tags of the post/start/complete/wait notices on the sync communicator
+_REPLY_TAGS = 1 << 20  # reply tags cycle through 1..2**20 (one per pending answer is enough)
+
+
+class _Window:
+    """The state of a live window (a freed or null ``Win`` has none)."""
+
+    def __init__(self, comm: Any, memory: Any, size: int, disp_unit: int, flavor: int) -> None:
+        self.sync, self.requests, self.replies = comm.Dup(), comm.Dup(), comm.Dup()
+        self.view = byte_view(memory, True)[0] if size else memoryview(bytearray())
+        # what tomemory() returns: the MPI.buffer of Allocate, else a view of the caller's memory
+        self.memory = memory if isinstance(memory, buffer) else window_memory(self.view)
+        self.size, self.disp_unit, self.flavor = size, disp_unit, flavor
+        self.sizes: list[tuple[int, int]] = self.sync.allgather((size, disp_unit))
+        self.me = self.sync.Get_rank()
+        self.attached: list[tuple[int, memoryview]] = []  # dynamic windows: (address, memory)
+        self.segments: list[Any] = []  # shared windows: every rank's segment
+        self.touched: set[int] = set()  # targets sent operations since their last flush
+        self.locked: set[int] = set()
+        self.exposure: list[int] | None = None  # Post's group (window ranks), until Wait
+        self.completed: set[int] = set()  # origins whose COMPLETED notice Test already took
+        self.access: list[int] | None = None  # Start's group, until Complete
+        self.tags = itertools.count()
+        self.tag_lock = threading.Lock()
+        self.name, self.info, self.errhandler = "", Info.Create(), ERRORS_RETURN
+        self.attrs: dict[int, Any] = {}
+        self.service = TargetService(self.requests, self.replies, self.locate)
+        self.service.start()
+
+    def locate(self, disp: int) -> tuple[memoryview, int]:
+        if self.flavor != WIN_FLAVOR_DYNAMIC:
+            return self.view, disp * self.disp_unit
+        for address, memory in self.attached:
+            if address <= disp < address + len(memory):
+                return memory, disp - address
+        raise RmaError(f"address {disp:#x} is in no memory attached to the dynamic window")
+
+
+class Win(RmaCalls, WinAttributes):
+    def __init__(self, win: Win | None = None) -> None:
+        """``Win()``: a null handle; ``Win(win)``: another handle on `win`'s window."""
+        if win is not None and not isinstance(win, Win):
+            raise TypeError(f"expected a Win, not {type(win).__name__}")
+        self._w: _Window | None = win._w if win is not None else None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Win) and self._w is other._w
+
+    def __hash__(self) -> int:
+        return id(self._w)
+
+    def __bool__(self) -> bool:
+        return self._w is not None
+
+    def __enter__(self) -> Win:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._w is not None:
+            self.Free()
+
+    # =============================================================== creation
+    @classmethod
+    def Create(cls, memory: Any, disp_unit: int = 1, info: Any = None, comm: Any = None) -> Win:
+        comm = _comm(comm)
+        if memory is BOTTOM:
+            memory = None
+        size = len(byte_view(memory, True)[0]) if memory is not None else 0
+        return cls._of(_Window(comm, memory, size, _unit(disp_unit), WIN_FLAVOR_CREATE))
+
+    @classmethod
+    def Allocate(cls, size: int, disp_unit: int = 1, info: Any = None, comm: Any = None) -> Win:
+        memory = buffer.allocate(_size(size))
+        return cls._of(_Window(_comm(comm), memory, len(memory), _unit(disp_unit), WIN_FLAVOR_ALLOCATE))
+
+    @classmethod
+    def Allocate_shared(cls, size: int, disp_unit: int = 1, info: Any = None, comm: Any = None) -> Win:
+        comm = _comm(comm)
+        segments = shared_segments(comm, _size(size))
+        mine = segments[comm.Get_rank()]
+        window = _Window(comm, mine, len(mine), _unit(disp_unit), WIN_FLAVOR_SHARED)
+        window.segments = segments
+        return cls._of(window)
+
+    @classmethod
+    def Create_dynamic(cls, info: Any = None, comm: Any = None) -> Win:
+        return cls._of(_Window(_comm(comm), None, 0, 1, WIN_FLAVOR_DYNAMIC))
+
+    @classmethod
+    def _of(cls, window: _Window) -> Win:
+        win = cls()
+        win._w = window
+        return win
+
+    def _live(self) -> _Window:
+        if self._w is None:
+            raise err.Exception(err.ERR_WIN, "invalid window (WIN_NULL or freed)")
+        return self._w
+
+    def Free(self) -> None:
+        w = self._live()
+        w.sync.Barrier()  # every rank is past its last epoch: nothing more comes to any target
+        w.requests.send(None, w.requests.Get_rank(), STOP)
+        w.service.join()
+        for comm in (w.sync, w.requests, w.replies):
+            comm.Free()
+        self._w = None
+
+    def free(self) -> None:
+        """As mpi4py's: a null (or already freed) window is left alone."""
+        if self._w is not None:
+            self.Free()
+
+    def __buffer__(self, flags: int) -> memoryview:
+        """``memoryview(win)``: this rank's window memory, as mpi4py's ``Win`` exposes it (``mpi4py.util.sync``
+        reads its counters so). Python 3.12+ (PEP 688) calls this; on 3.11 a class written in Python cannot
+        export a buffer, and ``win.tomemory()`` is the way."""
+        return memoryview(self._live().view)
+
+    def Attach(self, memory: Any) -> None:
+        w = self._live()
+        if w.flavor != WIN_FLAVOR_DYNAMIC:
+            raise err.Exception(err.ERR_RMA_FLAVOR, "Win.Attach needs a window from Win.Create_dynamic")
+        view = byte_view(memory, True)[0]
+        w.attached.append((get_address(view), view))
+
+    def Detach(self, memory: Any) -> None:
+        w = self._live()
+        address = get_address(byte_view(memory, True)[0])
+        kept = [(a, m) for a, m in w.attached if a != address]
+        if len(kept) == len(w.attached):
+            raise err.Exception(err.ERR_RMA_ATTACH, "Win.Detach: this memory is not attached to the window")
+        w.attached = kept
+
+    def Shared_query(self, rank: int) -> tuple[Any, int]:
+        w = self._live()
+        if w.flavor != WIN_FLAVOR_SHARED:
+            raise err.Exception(err.ERR_RMA_FLAVOR, "Win.Shared_query needs a window from Win.Allocate_shared")
+        if rank == PROC_NULL:  # MPI: the first segment of non-zero size
+            rank = next((r for r, s in enumerate(w.segments) if len(s)), 0)
+        return w.segments[rank], w.sizes[rank][1]
+
+    def tomemory(self) -> Any:
+        return self._live().memory
+
+    # ======================================================== helpers (calls)
+    def _target(self, rank: int) -> None:
+        w = self._live()
+        if not 0 <= rank < len(w.sizes):
+            raise err.Exception(err.ERR_RANK, f"invalid target rank {rank} for a window of {len(w.sizes)} ranks")
+
+    def _check_range(self, rank: int, disp: int, count: int, datatype: Any) -> None:
+        self._target(rank)
+        w = self._w
+        if w.flavor == WIN_FLAVOR_DYNAMIC or count == 0:
+            return
+        size, unit = w.sizes[rank]
+        _, extent = datatype.Get_extent()
+        true_lb, true_extent = datatype.Get_true_extent()
+        start = disp * unit + true_lb
+        end = disp * unit + (count - 1) * extent + true_lb + true_extent
+        if disp < 0 or start < 0 or end > size:
+            raise err.Exception(err.ERR_RMA_RANGE, f"{count} x {datatype.name or 'datatype'} at displacement {disp} "
+                                f"(unit {unit}) fall outside the {size}-byte window of rank {rank}")
+
+    def _send_request(self, rank: int, kind: int, args: tuple) -> None:
+        w = self._w
+        if rank == w.me:
+            self._local(kind, args)
+            return
+        w.requests.send(args, rank, kind)
+        w.touched.add(rank)
+
+    def _local(self, kind: int, args: tuple) -> Any:
+        try:
+            return self._w.service.local(kind, args)
+        except ValueError as exc:
+            raise err.Exception(err.ERR_RMA_RANGE, str(exc)) from None
+
+    def _ask(self, rank: int, kind: int, args: tuple) -> Any:
+        """Send a request that the target answers, and wait for the answer (this rank's data operations on its
+        own window are applied in place)."""
+        w = self._live()
+        if rank == w.me and kind not in (LOCK, UNLOCK, FLUSH):
+            return self._local(kind, (*args, 0))
+        with w.tag_lock:
+            tag = 1 + next(w.tags) % _REPLY_TAGS
+        w.requests.send((*args, tag), rank, kind)
+        answer = w.replies.recv(source=rank, tag=tag)
+        if isinstance(answer, RmaError):
+            raise err.Exception(err.ERR_RMA_RANGE, str(answer))
+        return answer
+
+    def _flush(self, rank: int, kind: int = FLUSH) -> None:
+        if rank == self._w.me and kind == FLUSH:
+            return  # (this rank's operations on its own window are applied when called)
+        self._w.touched.discard(rank)
+        failed = self._ask(rank, kind, ())
+        if failed:
+            raise err.Exception(err.ERR_RMA_RANGE, f"rank {rank}: {failed}")
+
+    # ========================================================= synchronization
+    def Fence(self, assertion: int = 0) -> None:
+        w = self._live()
+        if not assertion & MODE_NOPRECEDE:
+            for rank in sorted(w.touched):
+                self._flush(rank)
+        w.sync.Barrier()
+
+    def Lock(self, rank: int, lock_type: int = LOCK_EXCLUSIVE, assertion: int = 0) -> None:
+        if rank == PROC_NULL:
+            return
+        self._target(rank)
+        if lock_type not in (LOCK_EXCLUSIVE, LOCK_SHARED):
+            raise err.Exception(err.ERR_LOCKTYPE, f"invalid lock type {lock_type}")
+        w = self._w
+        if rank in w.locked:
+            raise err.Exception(err.ERR_RMA_SYNC, f"Win.Lock: this rank already holds a lock on rank {rank}")
+        self._ask(rank, LOCK, (lock_type,))
+        w.locked.add(rank)
+
+    def Unlock(self, rank: int) -> None:
+        if rank == PROC_NULL:
+            return
+        self._target(rank)
+        w = self._w
+        if rank not in w.locked:
+            raise err.Exception(err.ERR_RMA_SYNC, f"Win.Unlock: this rank holds no lock on rank {rank}")
+        w.locked.discard(rank)
+        self._flush(rank, UNLOCK)
+
+    def Lock_all(self, assertion: int = 0) -> None:
+        for rank in range(len(self._live().sizes)):
+            self.Lock(rank, LOCK_SHARED)
+
+    def Unlock_all(self) -> None:
+        for rank in range(len(self._live().sizes)):
+            self.Unlock(rank)
+
+    def Flush(self, rank: int) -> None:
+        if rank != PROC_NULL:
+            self._target(rank)
+            self._flush(rank)
+
+    def Flush_all(self) -> None:
+        for rank in sorted(self._live().touched):
+            self._flush(rank)
+
+    def Flush_local(self, rank: int) -> None:
+        """Nothing to wait for: an operation's origin buffer is free when its call returns."""
+        self._live()
+
+    def Flush_local_all(self) -> None:
+        self._live()
+
+    def Sync(self) -> None:
+        """Public and private copies are one memory (``WIN_UNIFIED``): nothing to synchronize."""
+        self._live()
+
+    def Post(self, group: Group, assertion: int = 0) -> None:
+        w = self._live()
+        w.exposure = _ranks(w, group)
+        w.completed = set()
+        for rank in w.exposure:
+            w.sync.send(None, rank, POSTED)
+
+    def Start(self, group: Group, assertion: int = 0) -> None:
+        w = self._live()
+        w.access = _ranks(w, group)
+        for rank in w.access:
+            w.sync.recv(source=rank, tag=POSTED)
+
+    def Complete(self) -> None:
+        w = self._live()
+        if w.access is None:
+            raise err.Exception(err.ERR_RMA_SYNC, "Win.Complete without Win.Start")
+        for rank in w.access:
+            if rank in w.touched:
+                self._flush(rank)
+            w.sync.send(None, rank, COMPLETED)
+        w.access = None
+
+    def Wait(self) -> None:
+        w = self._live()
+        if w.exposure is None:
+            raise err.Exception(err.ERR_RMA_SYNC, "Win.Wait without Win.Post")
+        for rank in w.exposure:
+            if rank not in w.completed:
+                w.sync.recv(source=rank, tag=COMPLETED)
+        w.exposure = None
+
+    def Test(self) -> bool:
+        w = self._live()
+        if w.exposure is None:
+            raise err.Exception(err.ERR_RMA_SYNC, "Win.Test without Win.Post")
+        for rank in w.exposure:
+            if rank not in w.completed and w.sync.iprobe(source=rank, tag=COMPLETED):
+                w.sync.recv(source=rank, tag=COMPLETED)
+                w.completed.add(rank)
+        if len(w.completed) < len(w.exposure):
+            return False
+        w.exposure = None
+        return True
+
+    def __repr__(self) -> str:
+        return "<fmpi.MPI.Win WIN_NULL>" if self._w is None else f"<fmpi.MPI.Win {self._w.name or id(self._w):}>"
+
+
+def _comm(comm: Any) -> Any:
+    """The window's communicator (mpi4py's default: COMM_SELF)."""
+    return runtime.state.self_comm if comm is None else comm
+
+
+def _unit(disp_unit: int) -> int:
+    unit = operator.index(disp_unit)
+    if unit <= 0:
+        raise err.Exception(err.ERR_DISP, f"invalid displacement unit {unit}")
+    return unit
+
+
+def _size(size: int) -> int:
+    nbytes = operator.index(size)
+    if nbytes < 0:
+        raise err.Exception(err.ERR_SIZE, f"invalid window size {nbytes}")
+    return nbytes
+
+
+def _ranks(w: _Window, group: Group) -> list[int]:
+    """`group`'s processes as ranks of the window's communicator."""
+    index = w.sync._index
+    return [index[member] for member in group._members]
+
+
+WIN_NULL = Win()

@@ -1,0 +1,86 @@
+"""The descriptive side of ``MPI.Win`` (mixed into it): group, attributes, info, name, error handler.
+
+They need ``Win``'s ``_live()`` (the window's state, or ERR_WIN for a null or freed window).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import exceptions as err
+from .errhandler import PREDEFINED, Errhandler
+from .group import Group
+from .info import Info
+from .packing import get_address
+from .rma_constants import WIN_BASE, WIN_CREATE_FLAVOR, WIN_DISP_UNIT, WIN_MODEL, WIN_SIZE, WIN_UNIFIED
+
+
+class WinAttributes:
+    def Get_group(self) -> Group:
+        return self._live().sync.Get_group()
+
+    group = property(Get_group)
+
+    @property
+    def group_size(self) -> int:
+        return self._live().sync.Get_size()
+
+    @property
+    def group_rank(self) -> int:
+        return self._live().sync.Get_rank()
+
+    def Get_attr(self, keyval: int) -> Any:
+        w = self._live()
+        if keyval == WIN_BASE:
+            return get_address(w.view) if w.size else 0
+        fixed = {WIN_SIZE: w.size, WIN_DISP_UNIT: w.disp_unit, WIN_CREATE_FLAVOR: w.flavor, WIN_MODEL: WIN_UNIFIED}
+        return fixed[keyval] if keyval in fixed else w.attrs.get(keyval)
+
+    def Set_attr(self, keyval: int, attrval: Any) -> None:
+        self._live().attrs[keyval] = attrval
+
+    def Delete_attr(self, keyval: int) -> None:
+        self._live().attrs.pop(keyval, None)
+
+    @property
+    def attrs(self) -> tuple[int, int, int]:
+        return self.Get_attr(WIN_BASE), self.Get_attr(WIN_SIZE), self.Get_attr(WIN_DISP_UNIT)
+
+    @property
+    def flavor(self) -> int:
+        return self._live().flavor
+
+    @property
+    def model(self) -> int:
+        self._live()
+        return WIN_UNIFIED
+
+    def Get_info(self) -> Info:
+        return self._live().info.Dup()
+
+    def Set_info(self, info: Info) -> None:
+        self._live().info = info.Dup() if info else Info.Create()
+
+    info = property(Get_info, Set_info)
+
+    def Get_name(self) -> str:
+        return "MPI_WIN_NULL" if self._w is None else self._w.name
+
+    def Set_name(self, name: str) -> None:
+        self._live().name = str(name)
+
+    name = property(Get_name, Set_name)
+
+    def Get_errhandler(self) -> Errhandler:
+        return Errhandler(self._live().errhandler)  # a new handle, as in mpi4py
+
+    def Set_errhandler(self, errhandler: Errhandler) -> None:
+        """(Errors on a window are raised as MPI.Exception whatever the handler, as under ERRORS_RETURN.)"""
+        w = self._live()
+        if not isinstance(errhandler, Errhandler) or not errhandler:
+            raise err.Exception(err.ERR_ERRHANDLER, f"invalid error handler {errhandler!r}")
+        w.errhandler = PREDEFINED[errhandler.name]
+
+    def Call_errhandler(self, errorcode: int) -> None:
+        self._live()
+        raise err.Exception(errorcode)

@@ -1,0 +1,221 @@
+"""One-sided communication (``MPI.Win``, issue 26): the same programs print the same under fmpirun as under
+mpiexec with real mpi4py + MPICH — every flavor of window, every synchronization mode, every operation —
+and fmpi's passive target progresses while the target's program is busy elsewhere."""
+
+import pytest
+
+pytestmark = pytest.mark.timeout(300)
+
+OPERATIONS = r"""
+import numpy as np
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+rank, size = comm.Get_rank(), comm.Get_size()
+mem = np.zeros(max(size, 3), dtype="i")
+win = MPI.Win.Create(mem, disp_unit=mem.itemsize, comm=comm)
+
+win.Fence()                                              # active target: fence epochs
+win.Put(np.array([rank * 10], dtype="i"), 0, target=rank)
+win.Fence()
+if rank == 0:
+    print("fence put", mem.tolist())
+comm.Barrier()  # (before others lock rank 0's window: a passive target progresses at once under fmpi)
+
+win.Lock(0)                                              # passive target: exclusive lock
+win.Accumulate(np.array([1], dtype="i"), 0, target=0, op=MPI.SUM)
+win.Unlock(0)
+comm.Barrier()
+if rank == 0:
+    print("accumulate", mem.tolist())
+
+win.Lock(0, MPI.LOCK_SHARED)
+got = np.full(len(mem), -1, dtype="i")
+win.Get(got, 0)
+win.Unlock(0)
+print(rank, "get", got.tolist())
+
+counter = MPI.Win.Allocate(8 if rank == 0 else 0, disp_unit=8, comm=comm)
+np.frombuffer(counter.tomemory(), dtype="l")[:] = 0  # (MPICH leaves allocated memory as it found it)
+comm.Barrier()
+drawn = []
+for _ in range(4):
+    old = np.zeros(1, dtype="l")
+    counter.Lock(0, MPI.LOCK_SHARED)
+    counter.Fetch_and_op(np.array([1], dtype="l"), old, 0, 0, MPI.SUM)
+    counter.Unlock(0)
+    drawn.append(int(old[0]))
+every = sorted(sum(comm.allgather(drawn), []))
+if rank == 0:
+    print("fetch_and_op draws each ticket once", every == list(range(4 * size)))
+
+old = np.zeros(1, dtype="l")
+if rank == size - 1:  # (one rank: which of several would swap is a race)
+    counter.Lock(0)
+    counter.Compare_and_swap(np.array([-5], dtype="l"), np.array([4 * size], dtype="l"), old, 0, 0)
+    counter.Unlock(0)
+    print("compare_and_swap", int(old[0]))
+comm.Barrier()
+if rank == 0:
+    print("after compare_and_swap", np.frombuffer(counter.tomemory(), dtype="l").tolist())
+
+result = np.zeros(len(mem), dtype="i")                   # lock_all epoch, get_accumulate and flush
+win.Lock_all()
+win.Get_accumulate(np.full(len(mem), 2, dtype="i"), result, 0, op=MPI.PROD)
+win.Flush(0)
+win.Unlock_all()
+comm.Barrier()
+if rank == 0:
+    print("get_accumulate", mem.tolist())
+
+vector = MPI.INT.Create_vector(2, 1, 2).Commit()         # derived target datatype
+win.Fence()
+if rank == size - 1:
+    win.Put(np.array([7, 8], dtype="i"), 0, target=[0, 1, vector])
+win.Fence()
+vector.Free()
+if rank == 0:
+    print("vector put", mem.tolist())
+
+group = comm.Get_group()                                 # post / start / complete / wait
+if rank == 0:
+    win.Post(group.Excl([0]))
+    win.Wait()
+    print("pscw", mem.tolist())
+else:
+    win.Start(group.Incl([0]))
+    win.Put(np.array([rank + 100], dtype="i"), 0, target=rank)
+    win.Complete()
+group.Free()
+
+print(rank, "attrs", win.Get_attr(MPI.WIN_SIZE), win.Get_attr(MPI.WIN_DISP_UNIT), win.flavor == MPI.WIN_FLAVOR_CREATE,
+      counter.flavor == MPI.WIN_FLAVOR_ALLOCATE, win.model == MPI.WIN_UNIFIED, win.group_size)
+counter.Free()
+win.Free()
+win.free()                                               # (lowercase: a freed window is left alone)
+print(rank, "freed", win == MPI.WIN_NULL)
+"""
+
+SHARED_AND_DYNAMIC = r"""
+import numpy as np
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED)
+rank, size = comm.Get_rank(), comm.Get_size()
+win = MPI.Win.Allocate_shared(4 * (rank + 1), 4, comm=comm)
+mine = np.frombuffer(win.tomemory(), dtype="i")
+mine[:] = rank
+comm.Barrier()
+left, unit = win.Shared_query((rank + size - 1) % size)
+print(rank, "left segment", np.frombuffer(left, dtype="i").tolist(), unit)
+np.frombuffer(win.Shared_query(0)[0], dtype="i")[0:1] = 0  # (a store into rank 0's segment, by every rank)
+comm.Barrier()
+if rank == 0:
+    print("segment 0 after stores", mine.tolist())
+win.Free()
+
+dyn = MPI.Win.Create_dynamic(comm=comm)
+memory = np.zeros(3, dtype="d")
+dyn.Attach(memory)
+addresses = comm.allgather(MPI.Get_address(memory))
+dyn.Fence()
+dyn.Put(np.array([rank + 0.5]), (rank + 1) % size, target=[addresses[(rank + 1) % size], 1, MPI.DOUBLE])
+dyn.Fence()
+print(rank, "dynamic", memory.tolist(), dyn.Get_attr(MPI.WIN_BASE), dyn.Get_attr(MPI.WIN_SIZE))
+dyn.Detach(memory)
+dyn.Free()
+"""
+
+BUSY_TARGET = r"""
+import time
+import numpy as np
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+mem = np.zeros(1, dtype="i")
+win = MPI.Win.Create(mem, comm=comm)
+comm.Barrier()
+if comm.rank == 1:
+    time.sleep(6)                      # busy, and in no MPI call
+    print("target woke with", mem.tolist())
+else:
+    start = time.monotonic()
+    win.Lock(1)
+    win.Put(np.array([42], dtype="i"), 1)
+    win.Unlock(1)
+    print("origin done in", "under 4 s" if time.monotonic() - start < 4 else f"{time.monotonic() - start:.1f} s")
+win.Free()
+"""
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_window_operations_as_under_mpich(program, fmpi, mpich, n):
+    path = program(OPERATIONS)
+    mine = fmpi(n, path)
+    assert mine.returncode == 0, mine.stderr[-3000:]
+    ref = mpich(n, path)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    assert mine.sorted_lines() == ref.sorted_lines()
+    assert "fetch_and_op draws each ticket once True" in mine.lines() and len(mine.lines()) == 8 + 3 * n
+
+
+OUTSIDE = r"""
+import numpy as np
+from mpi4py import MPI
+
+win = MPI.Win.Create(np.zeros(3, dtype="i"), disp_unit=4, comm=MPI.COMM_WORLD)
+win.Fence()
+for target in (2, -1, [0, 4, MPI.INT]):
+    try:
+        win.Put(np.zeros(2, dtype="i"), 0, target=target)
+    except MPI.Exception as exc:
+        print(target, "refused", exc.Get_error_class() == MPI.ERR_RMA_RANGE)
+win.Fence()
+win.Free()
+"""
+
+
+def test_an_access_outside_the_target_window_is_refused_at_the_origin(program, fmpi):
+    """(MPICH writes past the window on one host; fmpi knows every window's size and refuses.)"""
+    run = fmpi(2, program(OUTSIDE))
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.sorted_lines() == sorted(f"{t} refused True" for t in ("2", "-1", "[0, 4, <fmpi.MPI.Datatype MPI_INT>]") for _ in (0, 1))
+
+
+def test_shared_and_dynamic_windows_as_under_mpich(program, fmpi, mpich):
+    path = program(SHARED_AND_DYNAMIC)
+    mine = fmpi(3, path)
+    assert mine.returncode == 0, mine.stderr[-3000:]
+    ref = mpich(3, path)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    assert mine.sorted_lines() == ref.sorted_lines()
+    assert "segment 0 after stores [0, 0, 0]" not in mine.lines()  # (segment 0 is one int: [0])
+
+
+def test_passive_target_progresses_while_the_target_computes(program, fmpi):
+    """The target sleeps outside MPI; the origin's lock, put and unlock complete anyway (its window's
+    service thread answers), and the value is in the target's memory when it wakes."""
+    run = fmpi(2, program(BUSY_TARGET))
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.sorted_lines() == ["origin done in under 4 s", "target woke with [42]"]
+
+
+BUFFER = r"""
+import numpy as np
+from mpi4py import MPI
+
+win = MPI.Win.Allocate(8, comm=MPI.COMM_SELF)
+np.frombuffer(win.tomemory(), dtype="i")[:] = [3, 4]
+view = win.__buffer__(0)  # what memoryview(win) calls on Python 3.12+ (PEP 688)
+print(view.cast("i").tolist(), view.readonly)
+view.cast("i")[0] = 9
+print(np.frombuffer(win.tomemory(), dtype="i").tolist())
+win.Free()
+"""
+
+
+def test_a_window_exposes_its_memory_as_a_buffer(program, fmpi):
+    """mpi4py.util.sync reads its counters with memoryview(win): the window's own memory, writable."""
+    run = fmpi(1, program(BUFFER))
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.lines() == ["[3, 4] False", "[9, 4]"]
