@@ -106,8 +106,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("FMPI_PARENTS", "", "a spawned rank's job: how many of its first slots are the parents (Comm.Spawn)",
              set_by_fmpirun=True),
     Variable("FMPI_RANKS_PER_NODE", "1", "ranks that share a machine, in blocks of consecutive ranks (on Lambda: "
-             "--ranks-per-function, set by the handler); above 1 a commutative allreduce reduces inside each block first "
-             "(allreduce_hierarchical.py)", set_by_fmpirun=True),
+             "--ranks-per-function, set by the handler); above 1 allreduce, reduce and bcast go through one rank "
+             "per block (collectives/*_hierarchical.py)", set_by_fmpirun=True),
     Variable("FMPI_NODE", "", "the machine a rank shares with others (on Lambda: its function instance); "
              "Split_type(COMM_TYPE_SHARED) and the hierarchical collectives group ranks by it (default: the host name)",
              set_by_fmpirun=True),

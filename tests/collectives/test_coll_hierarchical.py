@@ -1,4 +1,4 @@
-"""The hierarchical allreduce (ranks sharing machines: K ranks per Lambda function), in-process.
+"""The hierarchical allreduce, bcast and reduce (ranks sharing machines: K ranks per Lambda function), in-process.
 
 'Machines' are simulated by the layout the algorithm reads (blocks of ``per_node`` consecutive ranks, as
 FMPI_RANKS_PER_NODE says): real engines over loopback, one thread per rank (coll_harness.World).
@@ -11,8 +11,17 @@ import pytest
 from coll_harness import World
 
 from fmpi import settings
-from fmpi.collectives import allreduce_hierarchical, allreduce_ring, table
-from fmpi.collectives.options import AllreduceOptions
+from fmpi.collectives import (
+    allreduce_hierarchical,
+    allreduce_ring,
+    bcast_binomial,
+    bcast_hierarchical,
+    reduce_binomial,
+    reduce_hierarchical,
+    table,
+)
+from fmpi.collectives.channel import Channel
+from fmpi.collectives.options import AllreduceOptions, BcastOptions, ReduceOptions
 
 
 def add(lower, higher, out):
@@ -70,6 +79,109 @@ def test_members_talk_only_to_their_leader():
         w.close()
 
 
+@pytest.mark.parametrize("per_node", [2, 3, 4])
+def test_bcast_and_reduce_give_the_flat_results_from_every_root(world, per_node):
+    n = world.size
+    for count in (0, 1, 1000):
+        for root in range(n):
+            data = [np.arange(count, dtype=np.int64) * (root + 1) if r == root else np.zeros(count, np.int64)
+                    for r in range(n)]
+            world.run(lambda ch: bcast_hierarchical.bcast(ch, BcastOptions(memoryview(data[ch.rank]).cast("B"),
+                                                                           root, 64), per_node))
+            assert all(np.array_equal(d, data[root]) for d in data), (per_node, count, root)
+
+            inputs = [np.random.default_rng(r).integers(-1000, 1000, count) for r in range(n)]
+            for in_place in (False, True):
+                out = [inputs[r].copy() if in_place and r == root else np.full(count, -7) for r in range(n)]
+                world.run(lambda ch: reduce_hierarchical.reduce(ch, ReduceOptions(
+                    out[ch.rank] if in_place and ch.rank == root else inputs[ch.rank],
+                    out[ch.rank] if ch.rank == root else None, add, True, root, 64), per_node))
+                assert np.array_equal(out[root], np.sum(inputs, axis=0)), (per_node, count, root, in_place)
+                assert all(np.array_equal(out[r], np.full(count, -7)) for r in range(n) if r != root)
+
+
+class _Crossings:
+    """Bytes that cross between machines (blocks of `per_node` world ranks), counted at every send."""
+
+    def __init__(self, monkeypatch, per_node: int) -> None:
+        self.into: dict[int, int] = {}  # machine -> bytes it received from other machines
+        self.out: dict[int, int] = {}
+        isend = Channel.isend
+
+        def counting(ch, dest, *parts):
+            src, dst = ch.world_rank(ch.rank) // per_node, ch.world_rank(dest) // per_node
+            if src != dst:
+                nbytes = sum(memoryview(p).nbytes for p in parts)
+                self.into[dst] = self.into.get(dst, 0) + nbytes
+                self.out[src] = self.out.get(src, 0) + nbytes
+            return isend(ch, dest, *parts)
+
+        monkeypatch.setattr(Channel, "isend", counting)
+
+
+def test_each_machine_gets_the_broadcast_once_and_sends_one_partial(monkeypatch):
+    """What the hierarchy is for, with a root inside a machine (8 ranks as 3 + 3 + 2): a flat binomial tree
+    sends the vector into a machine more than once; the hierarchical forms move one vector per machine
+    (with the same tree between machines: the table may pick one that splits the vector)."""
+    w = World(8)
+    try:
+        per_node, root, count = 3, 4, 1 << 12
+        nbytes = count * 8
+        sent = {}
+        for label, run in (("flat", bcast_binomial.bcast),
+                           ("hier", lambda ch, o: bcast_hierarchical.bcast(ch, o, per_node, bcast_binomial.bcast))):
+            crossings = _Crossings(monkeypatch, per_node)
+            data = [np.full(count, root if r == root else 0, np.int64) for r in range(8)]
+            w.run(lambda ch: run(ch, BcastOptions(memoryview(data[ch.rank]).cast("B"), root, 1 << 20)))
+            assert all(np.array_equal(d, np.full(count, root)) for d in data)
+            sent[label] = crossings.into
+        assert sent["hier"] == {0: nbytes, 2: nbytes}, sent
+        assert sum(sent["flat"].values()) > 2 * nbytes, sent  # (the case the hierarchy exists for)
+
+        for label, run in (("flat", reduce_binomial.reduce),
+                           ("hier", lambda ch, o: reduce_hierarchical.reduce(ch, o, per_node, reduce_binomial.reduce))):
+            crossings = _Crossings(monkeypatch, per_node)
+            inputs = [np.full(count, r, np.int64) for r in range(8)]
+            out = np.zeros(count, np.int64)
+            w.run(lambda ch: run(ch, ReduceOptions(inputs[ch.rank], out if ch.rank == root else None, add, True,
+                                                   root, 1 << 20)))
+            assert np.array_equal(out, np.full(count, 28))
+            sent[label] = crossings.out
+        assert sent["hier"] == {0: nbytes, 2: nbytes}, sent
+        assert sum(sent["flat"].values()) > 2 * nbytes, sent
+    finally:
+        w.close()
+
+
+def test_a_forced_hierarchy_runs_the_table_s_choice_between_machines(monkeypatch):
+    """FMPI_COLL_ALGO=...:hierarchical forces the hierarchy; its step across machines still takes a flat
+    algorithm (it once picked the forced hierarchy again, on a channel of one rank per machine)."""
+    monkeypatch.setenv("FMPI_RANKS_PER_NODE", "2")
+    monkeypatch.setenv("FMPI_COLL_ALGO", "allreduce:hierarchical,bcast:hierarchical,reduce:hierarchical")
+    settings.reload()
+    table.reset()
+    w = World(4)
+    try:
+        data = [np.full(8, r, np.int64) for r in range(4)]
+        names = w.run(lambda ch: table.run("allreduce", ch, AllreduceOptions(data[ch.rank], data[ch.rank], add,
+                                                                             True, 64), 64))
+        assert names == ["hierarchical"] * 4 and all(np.array_equal(d, np.full(8, 6)) for d in data)
+        buf = [np.full(8, 9 if r == 3 else 0, np.int64) for r in range(4)]
+        names = w.run(lambda ch: table.run("bcast", ch, BcastOptions(memoryview(buf[ch.rank]).cast("B"), 3, 64),
+                                           64))
+        assert names == ["hierarchical"] * 4 and all(np.array_equal(b, np.full(8, 9)) for b in buf)
+        out = np.zeros(8, np.int64)
+        names = w.run(lambda ch: table.run("reduce", ch, ReduceOptions(data[ch.rank], out if ch.rank == 1 else None,
+                                                                       add, True, 1, 64), 64))
+        assert names == ["hierarchical"] * 4 and np.array_equal(out, np.full(8, 24))
+    finally:
+        monkeypatch.delenv("FMPI_RANKS_PER_NODE")
+        monkeypatch.delenv("FMPI_COLL_ALGO")
+        settings.reload()
+        table.reset()
+        w.close()
+
+
 def test_the_table_picks_it_when_ranks_share_machines(monkeypatch):
     w = World(4)
     try:
@@ -77,6 +189,8 @@ def test_the_table_picks_it_when_ranks_share_machines(monkeypatch):
 
         def pick(label, commute=True):
             picks[label] = w.run(lambda ch: table.pick("allreduce", ch, None, 1 << 20, commute))[0]
+            picks[label + " bcast"] = w.run(lambda ch: table.pick("bcast", ch, None, 1 << 20))[0]
+            picks[label + " reduce"] = w.run(lambda ch: table.pick("reduce", ch, None, 1 << 20, commute))[0]
 
         pick("one per machine")
         monkeypatch.setenv("FMPI_RANKS_PER_NODE", "2")
@@ -92,9 +206,13 @@ def test_the_table_picks_it_when_ranks_share_machines(monkeypatch):
         settings.reload()
         table.reset()
         pick("forced")
-        assert picks["two per machine"] == "hierarchical"
-        assert "hierarchical" not in (picks["one per machine"], picks["not commutative"], picks["all on one"])
-        assert picks["forced"] == "ring"
+        for coll in ("", " bcast", " reduce"):
+            assert picks["two per machine" + coll] == "hierarchical", picks
+            assert picks["one per machine" + coll] != "hierarchical", picks
+            assert picks["all on one" + coll] != "hierarchical", picks
+        assert picks["not commutative"] != "hierarchical" and picks["not commutative reduce"] != "hierarchical"
+        assert picks["not commutative bcast"] == "hierarchical"  # (a broadcast folds nothing)
+        assert picks["forced"] == "ring" and picks["forced bcast"] == "hierarchical"
     finally:
         monkeypatch.delenv("FMPI_RANKS_PER_NODE")
         monkeypatch.delenv("FMPI_COLL_ALGO", raising=False)

@@ -11,9 +11,7 @@ NIC; this one sends them through the NIC once:
    table picks for that many leaders and bytes (so about 2V per NIC);
 3. broadcast inside the node: the leader sends the result to its members.
 
-Nodes are contiguous blocks of ``per_node`` world ranks (``FMPI_RANKS_PER_NODE``,
-set by the Lambda handler for ``--ranks-per-function``): every rank knows the
-layout without a message, so every rank makes the same choice. The messages
+Nodes are contiguous blocks of ``per_node`` world ranks (``nodes.py``). The messages
 of the three steps never mix under the call's one tag: step 2 is between
 leaders only, and between a member and its leader step 1 goes up and step 3
 comes down after it.
@@ -29,23 +27,8 @@ from collections.abc import Callable
 import numpy as np
 
 from .channel import Channel, as_bytes
+from .nodes import nodes
 from .options import AllreduceOptions
-
-
-def nodes(ch: Channel, per_node: int) -> list[list[int]]:
-    """The channel's ranks grouped by node (world rank // per_node), each group in rank order, groups by leader."""
-    groups: dict[int, list[int]] = {}
-    for r in range(ch.size):
-        groups.setdefault(ch.world_rank(r) // per_node, []).append(r)
-    return sorted(groups.values())
-
-
-def worthwhile(ch: Channel, per_node: int) -> bool:
-    """Ranks of this channel share nodes and there is more than one node: the hierarchy saves network bytes."""
-    if per_node <= 1 or ch.size <= 2:
-        return False
-    groups = nodes(ch, per_node)
-    return 1 < len(groups) < ch.size
 
 
 def allreduce(ch: Channel, opts: AllreduceOptions, per_node: int,
@@ -82,4 +65,4 @@ def allreduce(ch: Channel, opts: AllreduceOptions, per_node: int,
 def _flat(ch: Channel, opts: AllreduceOptions) -> None:
     from . import table  # (the table imports this module)
 
-    table.ALGORITHMS["allreduce"][table.choose("allreduce", opts.recv.nbytes, ch.size, True)](ch, opts)
+    table.run_flat("allreduce", ch, opts, opts.recv.nbytes)

@@ -101,7 +101,7 @@ class Channel:
             raise ops[i].error
         return i
 
-    # For algorithms over the machines' structure (allreduce_hierarchical.py)
+    # For algorithms over the machines' structure (*_hierarchical.py)
     def world_rank(self, rank: int) -> int:
         """The job-wide rank of this channel's `rank`: which machine it runs on follows from it."""
         return self._group[rank]

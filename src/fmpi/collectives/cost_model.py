@@ -35,9 +35,10 @@ Ranks that share one host's cores (the local backend) or one relay do not
 fit it: there every byte any rank moves costs the same shared CPU, so the
 table keeps its measured thresholds for them (``Network`` is None).
 
-Where a hierarchical algorithm (several ranks per function: one leader per
-host talks over the network) is added, it goes into ``COSTS`` with its
-formula, and the table considers it like any other.
+The hierarchical algorithms (several ranks per function: one rank per
+function talks over the network) are not priced here: ``table.pick`` takes
+them whenever a channel's ranks share functions, and their step between
+functions takes this model's choice for that many functions.
 """
 
 from __future__ import annotations

@@ -52,37 +52,15 @@ every rank passes), never on one rank's links, so every rank picks alike.
 algorithms and tree pipelines cut messages into ``segment``-byte pieces.
 
 The defaults were measured with ``benchmarks/collectives/osu_collectives.py``
-on one host (2 cores, N = 2..8, loopback TCP), taking the faster algorithm
-over repeated interleaved runs:
-
-- allreduce: Rabenseifner's algorithm moves and reduces as little as the
-  ring (2(N-1)/N of the vector each way, (N-1)/N reduced) in 2 log2 N steps
-  instead of 2(N-1). At 1 MiB it beat recursive doubling (which moves
-  log2 N whole vectors and reduces each) and the ring at every N from 2 to 8
-  but one: at N = 4, 2.3 ms against 3.1-3.5 ms for both others over TCP,
-  and 5.1 ms against 6.7 (doubling) and 10 ms (ring) at N = 7. The one
-  exception: N = 3 over TCP, where the ring was 30 % faster (the fold-in of
-  the third rank moves two whole vectors; with lanes, and from 4 MiB,
-  Rabenseifner led again). 256 KiB is the crossover with recursive doubling:
-  there each was ahead by up to 10-20 % at some N (Rabenseifner at N = 4
-  and 7, doubling at N = 3 and 8). From 16 MiB the ring's segmented
-  pipeline wins with shared-memory lanes (30 against 37 ms at N = 4) and ties
-  over TCP;
-- bcast and reduce: on one host every byte costs a kernel copy on the same
-  cores, and the pipelined binomial tree moves the fewest bytes in all: it won
-  at every size tried (64 KiB - 64 MiB, N = 3, 4, 8) against
-  scatter-allgather and ring-gather, which are therefore off on one host. They
-  spread the traffic over all links, which is what counts when ranks sit on
-  separate hosts: the model picks them there;
-- allgather: recursive doubling and the ring are within noise of each other
-  at N = 4; the ring wins from a few MiB at N = 3 (the fold-in of non-powers
-  of two costs a whole extra copy of the result);
-- alltoall: all steps in flight is faster for small blocks, the same for
-  large ones, where a window of 2 bounds what waits in kernel buffers.
+on one host (2 cores, N = 2..8, loopback TCP); ``benchmarks/collectives/README.md``
+gives the measurements behind each threshold.
 
 Ranks sharing machines (``FMPI_RANKS_PER_NODE`` K > 1: K ranks per Lambda
-function) take the ``hierarchical`` allreduce for commutative ops on any
-channel spanning several machines, unless FMPI_COLL_ALGO names another.
+function) take the ``hierarchical`` allreduce, bcast and reduce (the two
+reductions for commutative ops) on any channel spanning several machines,
+unless FMPI_COLL_ALGO names another: one vector per machine crosses its
+capped NIC, and the step across machines takes the table's algorithm for
+that many machines.
 Python objects (the lowercase API) always take the same algorithms: binomial
 bcast, gather, scatter, reduce; recursive doubling for allreduce, allgather,
 scan, exscan; pairwise exchange for alltoall. Environment overrides (for
@@ -119,11 +97,14 @@ from . import (
     alltoall_pairwise,
     barrier_dissemination,
     bcast_binomial,
+    bcast_hierarchical,
     bcast_scatter_allgather,
     cost_model,
     gather_binomial,
     gather_linear,
+    nodes,
     reduce_binomial,
+    reduce_hierarchical,
     reduce_ring_gather,
     reduce_scatter_composed,
     reduce_scatter_ring,
@@ -165,16 +146,23 @@ class Tuning:
     alltoall_window: int = 2  # steps in flight above that
 
 
+def _on_machines(algorithm: Callable[[Channel, Any, int], None]) -> Callable[[Channel, Any], None]:
+    """A hierarchical `algorithm(ch, opts, per_node)` as a table entry (FMPI_RANKS_PER_NODE read at each call)."""
+    return lambda ch, opts: algorithm(ch, opts, settings.current().ranks_per_node)
+
+
 ALGORITHMS: dict[str, dict[str, Callable[[Channel, Any], None]]] = {
     "barrier": {"dissemination": lambda ch, _opts: barrier_dissemination.barrier(ch), "server": server_side.barrier},
-    "bcast": {"binomial": bcast_binomial.bcast, "scatter_allgather": bcast_scatter_allgather.bcast},
-    "reduce": {"binomial": reduce_binomial.reduce, "ring_gather": reduce_ring_gather.reduce},
+    "bcast": {"binomial": bcast_binomial.bcast, "scatter_allgather": bcast_scatter_allgather.bcast,
+              "hierarchical": _on_machines(bcast_hierarchical.bcast)},
+    "reduce": {"binomial": reduce_binomial.reduce, "ring_gather": reduce_ring_gather.reduce,
+               "hierarchical": _on_machines(reduce_hierarchical.reduce)},
     "allreduce": {
         "recursive_doubling": allreduce_recursive_doubling.allreduce,
         "ring": allreduce_ring.allreduce,
         "rabenseifner": allreduce_rabenseifner.allreduce,
         "server": server_side.allreduce,
-        "hierarchical": lambda ch, opts: allreduce_hierarchical.allreduce(ch, opts, settings.current().ranks_per_node),
+        "hierarchical": _on_machines(allreduce_hierarchical.allreduce),
     },
     "reduce_scatter": {
         "allreduce": reduce_scatter_composed.via_allreduce,
@@ -188,8 +176,12 @@ ALGORITHMS: dict[str, dict[str, Callable[[Channel, Any], None]]] = {
     "scan": {"recursive_doubling": scan_recursive_doubling.scan},
 }
 
+# Collectives with a form over the machines' structure (FMPI_RANKS_PER_NODE > 1), chosen by ``pick``.
+HIERARCHICAL = "hierarchical"
+_HIERARCHICAL = frozenset({"allreduce", "bcast", "reduce"})
+
 # What a forced algorithm needs from the call; a forced choice that fails its check is ignored.
-_NEEDS_COMMUTE = {("reduce", "ring_gather"), ("allreduce", "ring"), ("allreduce", "rabenseifner"),
+_NEEDS_COMMUTE = {("reduce", "ring_gather"), ("reduce", "hierarchical"), ("allreduce", "ring"), ("allreduce", "rabenseifner"),
                   ("allreduce", "hierarchical"), ("reduce_scatter", "ring"), ("reduce_scatter", "allreduce")}
 _NEEDS_EQUAL_BLOCKS = {("gather", "binomial"), ("scatter", "binomial")}
 
@@ -300,6 +292,8 @@ def choose(
     """
     t = tuning()
     forced = _config.forced.get(collective)
+    if forced == HIERARCHICAL:
+        forced = None  # chosen in ``pick`` only, where the channel's machines are known
     if forced is not None and _can_run(collective, forced, commute, equal_blocks) and (forced != "server" or server):
         return forced
     if server and collective in ("barrier", "allreduce"):
@@ -341,13 +335,21 @@ def run(collective: str, ch: Channel, opts: Any, nbytes: int, commute: bool = Tr
     return name
 
 
+def run_flat(collective: str, ch: Channel, opts: Any, nbytes: int, commute: bool = True) -> None:
+    """Run the algorithm ``choose`` picks, never a hierarchical one: a hierarchical algorithm's step across
+    machines, on a channel of one rank per machine."""
+    ALGORITHMS[collective][choose(collective, nbytes, ch.size, commute)](ch, opts)
+
+
 def pick(collective: str, ch: Channel, opts: Any, nbytes: int, commute: bool = True, equal_blocks: bool = True) -> str:
     """The algorithm ``run`` would run for this call (the same for any call of this communicator with equal
     arguments, as long as ``generation()`` stays the same)."""
     server = ch.server is not None and server_side.can_run(collective, ch, opts)
-    if collective == "allreduce" and commute and not server and "allreduce" not in (tuning() and _config.forced) \
-            and allreduce_hierarchical.worthwhile(ch, settings.current().ranks_per_node):
-        return "hierarchical"  # ranks share machines: one NIC's worth of bytes per machine (see that module)
+    if collective in _HIERARCHICAL and not server and _can_run(collective, HIERARCHICAL, commute, equal_blocks):
+        forced = tuning() and _config.forced.get(collective)
+        per_node = settings.current().ranks_per_node
+        if forced == HIERARCHICAL or (forced is None and nodes.worthwhile(ch, per_node)):
+            return HIERARCHICAL  # ranks share machines: one vector per machine crosses its NIC (see those modules)
     return choose(collective, nbytes, ch.size, commute, equal_blocks, server)
 
 
@@ -382,5 +384,5 @@ def alltoall_window(largest_block: int, size: int) -> int:
 __all__ = [
     "ALGORITHMS", "AllgatherOptions", "AllreduceOptions", "AlltoallOptions", "BcastOptions", "GatherOptions", "ReduceOptions",
     "ReduceScatterOptions", "ScanOptions", "ScatterOptions", "Tuning", "alltoall_window", "choose", "configure", "generation",
-    "pick", "prepare", "reset", "run", "server_forced", "tuning",
+    "pick", "prepare", "reset", "run", "run_flat", "server_forced", "tuning",
 ]
