@@ -33,6 +33,7 @@ SERIAL_MODULES = {
     "tests/lambda/test_lambda_spares.py": "a job that must end before a straggler 20 s late starts",
     "tests/launcher/test_connect_deadlines.py": "connect deadlines checked to the second",
     "tests/util/test_retry.py": "retry pacing checked to tenths of a second",
+    "tests/transport/test_link_strangers.py": "link set-up behind 100 strangers within half a second of alone",
     "tests/reliability/test_failure_detection.py": "a frozen rank named within 5 s; no false positives",
 }
 

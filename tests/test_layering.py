@@ -132,3 +132,16 @@ def test_the_check_sees_an_edge_that_breaks_the_layers(tmp_path, monkeypatch):
     (fake / "wire" / "y.py").write_text("def f():\n    from ..api import x\n")
     monkeypatch.setattr(__import__(__name__), "SRC", fake)
     assert ("wire", "api") in edges()
+
+
+def test_the_architecture_doc_draws_the_same_table():
+    """docs/architecture.md's table of packages and the imports they may make is this ALLOWED, row for row."""
+    drawn: dict[str, set[str]] = {}
+    text = (REPO / "docs" / "architecture.md").read_text()
+    table = text[text.index("| package | may import |"):].split("\n\n")[0]
+    for line in table.splitlines()[2:]:
+        names, allowed = (cell.strip() for cell in line.strip("|").split("|"))
+        for name in names.replace("`", "").split(","):
+            drawn[name.strip()] = set() if allowed == "—" else {a.strip() for a in allowed.split(",")}
+    wanted = {k: v for k, v in ALLOWED.items() if k not in LEAVES and k != "__main__"}
+    assert drawn == {k: v - LEAVES for k, v in wanted.items()}

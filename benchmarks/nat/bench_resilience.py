@@ -1,6 +1,8 @@
-"""Figures of issue 25 items 3, 4 and 6: a lost relay socket, strangers on a rank's port, NAT detection.
+"""Figures of issue 25 items 3-6: a lost relay socket, strangers, a frozen rank, NAT detection.
 
     python benchmarks/nat/bench_resilience.py strangers [--rounds 7]         (no root needed)
+    python benchmarks/nat/bench_resilience.py relay-flood [--rounds 3]       (no root needed)
+    python benchmarks/nat/bench_resilience.py freeze [--rounds 20]           (no root needed)
     sudo python benchmarks/nat/bench_resilience.py cuts [--cuts 10]          (the NAT lab)
     sudo python benchmarks/nat/bench_resilience.py detection [--rounds 3]    (the NAT lab)
 
@@ -8,6 +10,12 @@
   message to rank 1 (link set-up included) with nothing else on rank 1's
   port, with 100 silent connections to it, and with 100 that sent a HELLO
   claiming rank 0 and stall. Rounds interleave the three; medians and max.
+* ``relay-flood``: a real fmpi-relay; 300 strangers each announce a 1 MiB
+  frame and send half of it, then close; the relay's resident set above its
+  start at the flood's peak and once the strangers are gone, per round.
+* ``freeze``: ``fmpirun -n 3``; rank 1 stops itself with SIGSTOP (its
+  sockets stay open, only its heartbeats stop); the time from the stop to
+  fmpirun's end, which names the rank.
 * ``cuts``: three ranks behind cone NATs stream around a ring
   (tests/nat/programs/ring_until.py) while one rank's relay connections are
   cut with ``ss -K`` every second, punched and relayed. For each cut: how
@@ -33,7 +41,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "nat"), str(REPO / "tests" / "transport")]
+sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "nat"), str(REPO / "tests" / "transport"),
+                str(REPO / "tests" / "relay_server"), str(REPO / "tests" / "reliability")]
+MiB = 1 << 20
 
 
 def strangers(rounds: int) -> None:
@@ -66,6 +76,54 @@ def strangers(rounds: int) -> None:
     for kind in kinds:
         label = {"none": "nothing else", "silent": "100 silent connections", "stalled HELLO": "100 stalled HELLOs claiming rank 0"}[kind]
         print(f"| {label} | {statistics.median(times[kind]) * 1e3:.1f} ms | {max(times[kind]) * 1e3:.1f} ms |")
+
+
+def relay_flood(rounds: int) -> None:
+    from test_relay_strangers import _a_job_still_runs, _comes_down_to, _flood_of_half_frames, _rss
+    from tests_support import RelayProcess
+
+    relay = RelayProcess()
+    rows = []
+    try:
+        _a_job_still_runs(relay, "warm")
+        start = _rss(relay.proc.pid)
+        for round_ in range(rounds):
+            crowd = _flood_of_half_frames(relay)
+            time.sleep(1.0)
+            peak = _rss(relay.proc.pid) - start
+            _a_job_still_runs(relay, f"during-{round_}")
+            for s in crowd:
+                s.close()
+            rows.append((peak, _comes_down_to(relay.proc.pid, start, 1 * MiB, 10)))
+    finally:
+        relay.stop()
+    print(f"relay at start: {start / MiB:.0f} MiB resident")
+    print("| flood | peak above start | after the strangers left (settled, at most 10 s) |")
+    print("|---|---:|---:|")
+    for i, (peak, after) in enumerate(rows, 1):
+        print(f"| {i}: 300 x half of a 1 MiB frame | {peak / MiB:.0f} MiB | {after / MiB:.0f} MiB |")
+
+
+def freeze(rounds: int) -> None:
+    import subprocess
+
+    from test_failure_detection import FREEZE
+    from tests_support import fmpirun_argv
+
+    took = []
+    with tempfile.TemporaryDirectory() as tmp:
+        prog = Path(tmp) / "freeze.py"
+        prog.write_text(FREEZE)
+        for i in range(rounds):
+            stamp = Path(tmp) / f"stopped-{i}"
+            done = subprocess.run(fmpirun_argv("-n", "3", sys.executable, str(prog), str(stamp)),
+                                  capture_output=True, text=True, timeout=60)
+            if "rank 1 stopped responding" not in done.stderr:
+                raise SystemExit(f"the frozen rank was not named:\n{done.stderr}")
+            took.append(time.time() - float(stamp.read_text()))
+    print(f"| SIGSTOP to fmpirun's end ({rounds} runs) | median | max | over 5 s |")
+    print("|---|---:|---:|---:|")
+    print(f"| rank 1 of 3 | {statistics.median(took):.2f} s | {max(took):.2f} s | {sum(t > 5 for t in took)} |")
 
 
 def _lab(hosts: dict[str, str]):
@@ -151,12 +209,16 @@ def detection(rounds: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("part", choices=["strangers", "cuts", "detection"])
+    parser.add_argument("part", choices=["strangers", "relay-flood", "freeze", "cuts", "detection"])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--cuts", type=int, default=10)
     args = parser.parse_args()
     if args.part == "strangers":
         strangers(args.rounds)
+    elif args.part == "relay-flood":
+        relay_flood(args.rounds)
+    elif args.part == "freeze":
+        freeze(args.rounds)
     elif args.part == "cuts":
         cuts(args.cuts)
     else:

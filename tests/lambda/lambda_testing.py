@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,3 +79,22 @@ def aws_env(endpoint_url: str | None, cache_dir: Path, **overrides: str) -> dict
         env["AWS_ENDPOINT_URL"] = endpoint_url
     env.update(overrides)
     return {k: v for k, v in env.items() if v is not None}
+
+
+KMEANS = [str(REPO / "apps" / "kmeans.py"), "--points", "100000"]
+
+
+def kmeans_lasting(seconds: float, n: int = 4) -> list[str]:
+    """apps/kmeans.py's arguments for a run of about `seconds` uninterrupted at N = `n` on this machine, timed
+    (not guessed): a test of relaunches must outlast several function timeouts whatever the machine's speed."""
+
+    def took(iterations: int) -> float:
+        t0 = time.monotonic()
+        run = subprocess.run([FMPIRUN, "-n", str(n), "python", *KMEANS, "--iterations", str(iterations)],
+                             capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr
+        return time.monotonic() - t0
+
+    short, long = took(5), took(25)
+    per_iteration = max(1e-3, (long - short) / 20)  # (the start-up, in both, cancels out)
+    return [*KMEANS, "--iterations", str(max(25, round((seconds - short) / per_iteration)))]

@@ -11,26 +11,31 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import time
 
 import pytest
-from lambda_testing import FMPIRUN, REPO, aws_env
+from lambda_testing import FMPIRUN, aws_env, kmeans_lasting
 
-# Long enough to need two 12 s launches on an idle machine; 12 s leave a loaded one time to start and step.
-KMEANS = [str(REPO / "apps" / "kmeans.py"), "--iterations", "250", "--points", "100000"]
+FUNCTION_TIMEOUT = 10
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1000)
-def test_kmeans_past_the_function_timeout_is_relaunched_from_s3_and_bit_identical(lambda_run, moto, bundle_cache):
-    whole = subprocess.run([FMPIRUN, "-n", "4", "python", *KMEANS], capture_output=True, text=True, timeout=300,
+@pytest.mark.timeout(1500)
+def test_a_40_second_kmeans_under_a_10_second_function_timeout_is_relaunched_from_s3_and_bit_identical(
+        lambda_run, moto, bundle_cache):
+    kmeans = kmeans_lasting(40)
+    t0 = time.monotonic()
+    whole = subprocess.run([FMPIRUN, "-n", "4", "python", *kmeans], capture_output=True, text=True, timeout=600,
                            check=False)
+    uninterrupted = time.monotonic() - t0
     assert whole.returncode == 0, whole.stderr
+    assert uninterrupted > 3 * FUNCTION_TIMEOUT, f"the job must outlast several launches: {uninterrupted:.0f} s"
     env = aws_env(moto.endpoint_url, bundle_cache, FMPI_CHECKPOINT_EVERY="0", FMPI_CHECKPOINT_MARGIN="2")
-    run = lambda_run(4, KMEANS[0], *KMEANS[1:], extra=("--timeout", "12", "--fill-timeout", "8", "--max-runtime", "800"),
-                     env=env, timeout=850)
+    run = lambda_run(4, kmeans[0], *kmeans[1:], extra=("--timeout", str(FUNCTION_TIMEOUT), "--fill-timeout", "8",
+                                                       "--max-runtime", "1200"), env=env, timeout=1300)
     assert run.returncode == 0, run.stderr
     launches = int(re.search(r"the job ended after (\d+) launches", run.stderr).group(1))
-    assert launches >= 2, run.stderr
+    assert launches >= 3, run.stderr
     result = next(line for line in run.stdout.splitlines() if line.startswith("kmeans "))
     assert result == next(line for line in whole.stdout.splitlines() if line.startswith("kmeans "))
     assert "stopped at the checkpoint of step" in run.stderr, run.stderr  # the policy stopped the world in time

@@ -50,6 +50,8 @@ def test_k_ranks_run_in_one_invocation_and_share_a_node(lambda_run, moto, tmp_pa
     # The cost report bills each invocation once (its ranks share its request id), and every rank's status
     totals = json.loads(cost.read_text())["totals"]
     assert totals["invocations"] == totals["from_report_lines"] == 1 + len(groups), totals  # (and the ping)
+    # The progress lines count invocations against the invocations made, ranks against N
+    assert f"invoked {len(groups)}/{len(groups)}" in run.stderr and f"joined {n}/{n}" in run.stderr, run.stderr
     assert totals["requests"] == 1 + len(groups), totals
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import time
 
 from fmpi.util.notices import RepeatedNotice
 
@@ -37,3 +38,30 @@ def test_rare_messages_are_each_printed_whole():
         notice.say(f"case {i}")
         clock.now += 11.0
     assert out.getvalue().splitlines() == ["x: case 0", "x: case 1", "x: case 2"]
+
+
+def test_a_flood_that_stops_is_summarized_when_its_period_ends():
+    """No later message is needed for the count to show (a short flood left it held for good)."""
+    out = io.StringIO()
+    notice = RepeatedNotice("fmpi: rank 0: refused a connection", every=0.3, stream=out)
+    for i in range(50):
+        notice.say(f"bad hello #{i}")
+    assert out.getvalue().splitlines() == ["fmpi: rank 0: refused a connection: bad hello #0"]
+    deadline = time.monotonic() + 10
+    while len(out.getvalue().splitlines()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert out.getvalue().splitlines()[1:] == [
+        "fmpi: rank 0: refused a connection: 49 more like it since the last report, the first: bad hello #1"]
+    time.sleep(0.5)
+    assert len(out.getvalue().splitlines()) == 2, "summarized once"
+
+
+def test_flush_prints_what_is_held_at_once():
+    out, clock = io.StringIO(), Clock()
+    notice = RepeatedNotice("x", every=10.0, stream=out, clock=clock)
+    notice.say("a")
+    notice.say("b")
+    notice.say("c")
+    notice.flush()
+    notice.flush()  # nothing more held
+    assert out.getvalue().splitlines() == ["x: a", "x: 2 more like it since the last report, the first: b"]

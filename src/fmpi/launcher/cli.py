@@ -33,6 +33,7 @@ from ..rank.spec import (
 from ..relay_server.server import RelayThread
 from ..rendezvous.relay_connection import RelayError
 from ..rendezvous.urls import display_url
+from ..rendezvous.urls import parse as parse_url
 from . import bytecode, closed_output, relaunch
 from .cli_options import build_parser, listen_address
 from .job import Job, failure_status, log
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except RelayError as exc:
         hint = ""
-        if exc.code == "timeout" and (args.relay or "").startswith("tcp://"):
+        if exc.code == "timeout" and args.relay and parse_url(args.relay).scheme == "tcp":
             hint = " (is it a Redis server? Redis is redis://host:port)"
         print(f"fmpirun: error: {exc}{hint}", file=sys.stderr)
         return 1

@@ -361,6 +361,7 @@ class RedisCollectives:
         return whole
 
     def close(self) -> None:
+        self._refused.flush()
         client, self._redis = self._redis, None
         if client is not None:
             client.close()

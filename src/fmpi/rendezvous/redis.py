@@ -58,6 +58,15 @@ def _dumps(body: dict[str, Any]) -> bytes:
     return json.dumps(body, separators=(",", ":")).encode()
 
 
+def _loads(item: bytes) -> Any:
+    """JSON from a list anyone with the Redis URL can push to: a stranger's '{[[[[...' a million deep is
+    malformed JSON like any other (ValueError), not a RecursionError that ends the reading thread."""
+    try:
+        return json.loads(item)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
 def open_event(opener: Opener, item: bytes) -> dict[str, Any]:
     """An item of the launcher's event list, opened; Refused if it is not ours.
 
@@ -72,7 +81,7 @@ def open_event(opener: Opener, item: bytes) -> dict[str, Any]:
             event["rank"] = sender  # what a rank says is about itself
         return event
     try:
-        event = json.loads(item)
+        event = _loads(item)
         sender, plain = opener.open_text(CONTROL, str(event.pop("proof")), LAUNCHER)
     except (ValueError, KeyError, TypeError):
         raise Refused("an event without a valid proof") from None
@@ -126,6 +135,7 @@ class RedisJob:
             return
         self._closed.set()
         self._timer.cancel()
+        self._refused.flush()
         pattern = job_pattern(self.job)
         keys = list(self._redis.scan_iter(match=pattern, count=1000))
         if keys:
@@ -232,7 +242,7 @@ class RedisRank:
                 raise RelayError(f"no world from Redis at {safe_url(self.url)} in time (is the launcher alive?)", "timeout")
             try:
                 if item[1][:1] == b"{":
-                    return self._world(json.loads(item[1]))
+                    return self._world(_loads(item[1]))
                 self._raise_notice(self.open_notice(item[1]))
             except Refused as exc:
                 self.refused.say(f"{exc} (on {self._inbox()})")
@@ -297,6 +307,7 @@ class RedisRank:
 
     def close(self) -> None:
         self._stop.set()
+        self.refused.flush()
         try:
             # Wakes our own inbox reader. The key may outlive the job (if the
             # launcher already deleted it), so it gets a short TTL of its own.

@@ -18,7 +18,6 @@ from __future__ import annotations
 import socket
 import time
 from typing import Any
-from urllib.parse import urlsplit
 
 from .. import settings
 from ..wire.errors import RelayError
@@ -141,7 +140,7 @@ def _scheme_hint(url: str, exc: BaseException) -> str:
     import redis
 
     text = str(exc)
-    if urlsplit(url).scheme == "rediss":
+    if parse(url).tls:
         if isinstance(exc, redis.TimeoutError) or "SSL" in text or "EOF" in text:
             return "; rediss:// speaks TLS: if this is a plain Redis, use redis://"
         return ""

@@ -20,6 +20,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from lambda_testing import FMPIRUN, Run, aws_env
 
 LS_PYTHON = os.environ.get("FMPI_LOCALSTACK_PYTHON")
 S3_TMP = "/tmp/localstack-s3-storage"  # hard-coded in LocalStack 4.13.1 (not under FILESYSTEM_ROOT or TMPDIR)
@@ -111,3 +112,22 @@ def ls_role(localstack) -> str:
         return iam.create_role(RoleName="fmpi-rank", AssumeRolePolicyDocument=trust)["Role"]["Arn"]
     except iam.exceptions.EntityAlreadyExistsException:
         return iam.get_role(RoleName="fmpi-rank")["Role"]["Arn"]
+
+
+@pytest.fixture
+def ls_run(localstack, ls_role, bundle_cache):
+    """`run(n, program, *args)`: fmpirun --backend localstack against the session's LocalStack."""
+    def run(n: int, program, *args: str, extra: tuple[str, ...] = (), via_env: bool = False, timeout: float = 240,
+            env: dict[str, str] | None = None) -> Run:
+        argv = [FMPIRUN, "--backend", "localstack", "-n", str(n), "--relay-listen", "127.0.0.1:0",
+                "--role", ls_role, "--timeout", "60", "--fill-timeout", "30", *extra]
+        env = {**aws_env(None, bundle_cache, AWS_ACCESS_KEY_ID=None, AWS_SECRET_ACCESS_KEY=None), **(env or {})}
+        if via_env:
+            env["AWS_ENDPOINT_URL"] = localstack  # honoured as on any boto3 client
+        else:
+            argv += ["--endpoint-url", localstack]
+        proc = subprocess.run([*argv, "python", str(program), *args], capture_output=True, text=True,
+                              timeout=timeout, env=env)
+        return Run(proc.returncode, proc.stdout, proc.stderr)
+
+    return run

@@ -9,29 +9,11 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import time
 
 import boto3
 import pytest
-from lambda_testing import FMPIRUN, PROGRAMS, REPO, Run, aws_env
-
-
-@pytest.fixture
-def ls_run(localstack, ls_role, bundle_cache):
-    def run(n: int, program, *args: str, extra: tuple[str, ...] = (), via_env: bool = False) -> Run:
-        argv = [FMPIRUN, "--backend", "localstack", "-n", str(n), "--relay-listen", "127.0.0.1:0",
-                "--role", ls_role, "--timeout", "60", "--fill-timeout", "30", *extra]
-        env = aws_env(None, bundle_cache, AWS_ACCESS_KEY_ID=None, AWS_SECRET_ACCESS_KEY=None)
-        if via_env:
-            env["AWS_ENDPOINT_URL"] = localstack  # honoured as on any boto3 client
-        else:
-            argv += ["--endpoint-url", localstack]
-        proc = subprocess.run([*argv, "python", str(program), *args], capture_output=True, text=True,
-                              timeout=240, env=env)
-        return Run(proc.returncode, proc.stdout, proc.stderr)
-
-    return run
+from lambda_testing import PROGRAMS, REPO
 
 
 @pytest.mark.parametrize("n", [4, 8])

@@ -124,7 +124,7 @@ class _Launch:
             return self._dry_run(code_dir, cfg, deps)
         plan = relay_plan(args)
         env = rank_environment(args.env)
-        self.display = Display(self.size, args.verbose)
+        self.display = Display(self.size, args.verbose, invocations=self.functions + args.spare)
         target = connect(args.backend, args.region, args.profile, args.endpoint_url)
         self.display.activity("checking the account")
         account = target.account()

@@ -6,7 +6,9 @@ update, cold starts); silence for that long looks like a hang. So:
 * on a terminal (stderr is a tty, and ``rich`` is installed): a live
   status line with a spinner, the step under way and, once ranks are
   invoked, ``invoked / joined / linked`` counts; each finished step stays
-  as one line above it, and the ranks' output scrolls above it too;
+  as one line above it, and the ranks' output scrolls above it too
+  (invocations are counted against the invocations the launch makes, which
+  is fewer than the ranks with ``--ranks-per-function``; ranks against N);
 * otherwise (a pipe, a CI log): one ``fmpirun: ...`` line per finished step
   and per milestone (all ranks invoked, joined, linked).
 
@@ -28,8 +30,10 @@ COUNTS = ("invoked", "joined", "linked")
 class Display:
     """Steps and counts on stderr (see the module docstring); thread-safe."""
 
-    def __init__(self, size: int, verbose: bool, live: bool | None = None) -> None:
+    def __init__(self, size: int, verbose: bool, live: bool | None = None, invocations: int | None = None) -> None:
         self.size = size
+        # What each count reaches when the launch is whole: "invoked" counts invocations, the others ranks.
+        self.targets = {"invoked": size if invocations is None else invocations, "joined": size, "linked": size}
         self.verbose = verbose
         self.counts = dict.fromkeys(COUNTS, 0)
         self.reported: set[str] = set()
@@ -84,16 +88,16 @@ class Display:
             if self._live is not None:
                 return  # the live line reads them on its next refresh
             for name in COUNTS:
-                if self.counts[name] >= self.size and name not in self.reported:
+                if self.counts[name] >= self.targets[name] and name not in self.reported:
                     self.reported.add(name)
-                    log(f"{name} {self.counts[name]}/{self.size}")
+                    log(f"{name} {self.counts[name]}/{self.targets[name]}")
 
     def _render(self) -> Any:
         from rich.spinner import Spinner
 
         text = self.activity_text
         if any(self.counts.values()):
-            text = (text + " · " if text else "") + " · ".join(f"{k} {v}/{self.size}" for k, v in self.counts.items())
+            text = (text + " · " if text else "") + " · ".join(f"{k} {v}/{self.targets[k]}" for k, v in self.counts.items())
         return Spinner("dots", text=text or "working")
 
     # ------------------------------------------------------------ output
