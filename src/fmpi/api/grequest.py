@@ -25,6 +25,8 @@ class Grequest(Request):
     __slots__ = ("_query", "_free", "_cancel", "_args", "_kwargs", "_value", "_completed", "_freed_early")
 
     def __init__(self, request: Request | None = None) -> None:
+        if request and not isinstance(request, Grequest):
+            raise TypeError("expecting a generalized request")
         super().__init__(request)
         for slot in Grequest.__slots__:
             setattr(self, slot, getattr(request, slot, None) if isinstance(request, Grequest) else None)

@@ -24,7 +24,16 @@ from .request import Request
 class Prequest(Request):
     __slots__ = ("_begin", "_freed")
 
-    def __init__(self, begin: Callable[[], Request] | None = None) -> None:
+    def __init__(self, begin: Callable[[], Request] | Request | None = None) -> None:
+        if isinstance(begin, Request):  # MPI.Prequest(req): another handle on the same persistent request
+            if begin and not isinstance(begin, Prequest):
+                raise TypeError("expecting a persistent request")
+            super().__init__(begin)
+            self._begin = begin._begin if isinstance(begin, Prequest) else None
+            self._freed = not begin
+            return
+        if begin is not None and not callable(begin):
+            raise TypeError(f"expecting a request, not {type(begin).__name__}")
         super().__init__()
         self._begin = begin
         self._freed = begin is None

@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence
 from ..transport.engine import Engine
 from ..transport.requests import Op, TransportError
 from . import exceptions as err
+from . import handles
 from .constants import ANY_SOURCE, ANY_TAG, PROC_NULL, UNDEFINED
 from .status import Status
 
@@ -29,12 +30,20 @@ def raise_mpi(exc: TransportError) -> None:
 
 
 class Request:
-    __slots__ = ("_engine", "_op", "_finish", "_result", "_settled")
+    # `_same`: the request this one is a copy of (``MPI.Request(req)``), None for an original: copies of
+    # one request compare equal, as handles of one MPI_Request do.
+    __slots__ = ("_engine", "_op", "_finish", "_result", "_settled", "_same", "__weakref__")
 
     def __init__(self, engine: "Engine | Request | None" = None, op: Op | None = None, finish: Finish = _no_result) -> None:
-        if isinstance(engine, Request):  # MPI.Request(req): another handle on the same operation
-            for slot in Request.__slots__:
+        self._same: Request | None = None
+        if op is None and engine is not None:  # MPI.Request(req): another handle on the same request
+            if not isinstance(engine, Request):
+                raise TypeError(f"expecting a request, not {type(engine).__name__}")
+            for slot in ("_engine", "_op", "_finish", "_result", "_settled"):
                 setattr(self, slot, getattr(engine, slot))
+            self._same = engine._same or engine
+            if engine and self._settled:  # an inactive persistent request: a live handle all the same
+                self._settled = False
             return
         self._engine = engine
         self._op = op
@@ -144,9 +153,30 @@ class Request:
         """Handles compare as in mpi4py: the same request, or both null (REQUEST_NULL)."""
         if not isinstance(other, Request):
             return NotImplemented
-        return other is self or (not self and not other) or (self._op is not None and other._op is self._op)
+        if other is self or (not self and not other):
+            return True
+        return bool(self) and bool(other) and (self._same or self) is (other._same or other)
 
     __hash__ = object.__hash__
+
+    # ------------------------------------------------------- handles (mpi4py's C and Fortran conversions)
+    @property
+    def handle(self) -> int:
+        """This request's integer handle (0: REQUEST_NULL); copies of one request share it."""
+        return handles.number(self._same or self) if self else handles.NULL
+
+    @classmethod
+    def fromhandle(cls, handle: int) -> "Request":
+        """A handle on the request `handle` names (``cls()``, a null request, for 0)."""
+        return cls() if handle == handles.NULL else cls(handles.lookup(handle, "request"))
+
+    def toint(self) -> int:
+        return self.handle
+
+    def py2f(self) -> int:
+        return self.handle
+
+    fromint = f2py = fromhandle
 
     def _wait_op(self) -> None:
         if self._op is not None and not self._op.done:
