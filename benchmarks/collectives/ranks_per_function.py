@@ -2,11 +2,12 @@
 
     sudo .venv/bin/python benchmarks/collectives/ranks_per_function.py                  # 16x1 vs 4x4, 16 MiB
     sudo .venv/bin/python benchmarks/collectives/ranks_per_function.py --functions 2 --per 2 --size 4M --iters 3
+    sudo .venv/bin/python benchmarks/collectives/ranks_per_function.py --functions 3 --per 3 --collective bcast --root 4
 
 Each "function" is a host of the shaped lab (benchmarks/shaped/lab.py: its own network namespace, its
 link capped at ``--rate-mbit`` each way after a burst, ``--delay-us`` one way), so the K ranks of one
 function share one capped NIC, as on Lambda. Three layouts of the same N = F*K ranks run the same
-allreduce (``--size`` bytes per rank, float64 sums):
+allreduce, bcast or reduce (``--collective``; ``--size`` bytes per rank, float64 sums):
 
 - ``FxK flat``:   K ranks per host, the collectives as if every rank had its own network;
 - ``FxK hier``:   K ranks per host, FMPI_RANKS_PER_NODE=K (what the Lambda handler sets for
@@ -42,8 +43,8 @@ def parse_size(text: str) -> int:
     return int(float(text[:-1]) * units[text[-1]]) if text[-1] in units else int(text)
 
 
-def worker(size: int, iters: int) -> None:
-    """One rank: time `iters` Allreduce calls of `size` bytes; rank 0 prints one RESULT line."""
+def worker(size: int, iters: int, collective: str, root: int) -> None:
+    """One rank: time `iters` calls of `collective` on `size` bytes; rank 0 prints one RESULT line."""
     import numpy as np
 
     from fmpi import MPI
@@ -51,12 +52,17 @@ def worker(size: int, iters: int) -> None:
     comm = MPI.COMM_WORLD
     send = np.full(size // 8, comm.rank + 1, dtype=np.float64)
     recv = np.empty_like(send)
-    comm.Allreduce(send, recv)  # warm-up: links made
+    call = {
+        "allreduce": lambda: comm.Allreduce(send, recv),
+        "bcast": lambda: comm.Bcast(recv if comm.rank != root else send, root=root),
+        "reduce": lambda: comm.Reduce(send, recv if comm.rank == root else None, root=root),
+    }[collective]
+    call()  # warm-up: links made
     times = []
     for _ in range(iters):
         comm.Barrier()
         t0 = time.perf_counter()
-        comm.Allreduce(send, recv)
+        call()
         times.append(time.perf_counter() - t0)
     worst = comm.allreduce(statistics.median(times), op=MPI.MAX)
     if comm.rank == 0:
@@ -85,7 +91,8 @@ def run_layouts(args: argparse.Namespace) -> list[dict]:
                     before = _sent(lab, used)
                     t0 = time.monotonic()
                     run = runners.jobs.run(hosts, str(Path(__file__).resolve()),
-                                           ["--worker", "--size", str(args.size), "--iters", str(args.iters)],
+                                           ["--worker", "--size", str(args.size), "--iters", str(args.iters),
+                                            "--collective", args.collective, "--root", str(args.root)],
                                            timeout=args.timeout, env=env)
                     line = next((x for x in run.ranks[0].stdout.splitlines() if x.startswith("RESULT ")), None)
                     ok = line is not None and all(p.returncode == 0 for p in run.ranks)
@@ -128,13 +135,15 @@ def main() -> None:
     parser.add_argument("--burst-kb", type=int, default=256, help="bytes at line rate before the cap holds")
     parser.add_argument("--delay-us", type=float, default=150.0, help="one-way latency (0: no delayer processes)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per job")
+    parser.add_argument("--collective", choices=["allreduce", "bcast", "reduce"], default="allreduce")
+    parser.add_argument("--root", type=int, default=0, help="the root of bcast and reduce (default 0)")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args()
     if args.worker:
-        worker(args.size, args.iters)
+        worker(args.size, args.iters, args.collective, args.root)
         return
     results = run_layouts(args)
-    print(f"\nallreduce of {args.size / MiB:g} MiB per rank, {args.functions * args.per} ranks, "
+    print(f"\n{args.collective} of {args.size / MiB:g} MiB per rank (root {args.root}), {args.functions * args.per} ranks, "
           f"{args.rate_mbit:g} Mbit/s per host, {args.delay_us:g} µs one way")
     print("| layout | median per call | MiB sent per call by the busiest host | by all hosts | load |\n|---|---|---|---|---|")
     for entry in results:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fmpi.lambda_local.sandbox import capabilities
+from fmpi.lambda_local.sandbox import capabilities, function_cpus
 from fmpi.lambda_local.canary import TESTED_MOTO, ShimIncompatible, check_awslambdaric, check_moto_compat
 
 HANDLERS = '''
@@ -67,6 +67,9 @@ def import_numpy(event, context):
 
 def sleepy(event, context):
     time.sleep(event["sleep"])
+
+def cpus(event, context):
+    return sorted(os.sched_getaffinity(0))
 '''
 
 
@@ -174,6 +177,25 @@ def test_memory_size_is_a_hard_limit(moto):
     error, body = _call(moto, name, {"mb": 400})
     assert error == "Unhandled" and body["errorType"] == "Runtime.OutOfMemory", body
     assert "Runtime exited with error: signal: kill" in body["errorMessage"]
+
+
+def test_a_function_runs_on_the_vcpus_its_memory_buys(moto):
+    """One core per 1769 MB (at least one, at most this machine's), the next ones round robin: numeric
+    libraries then start as many threads as on Lambda, and functions do not all crowd the same core."""
+    host = sorted(os.sched_getaffinity(0))
+    small = _create(moto, "h.cpus", MemorySize=1769)
+    seen = [_call(moto, small)[1] for _ in range(2 * len(host))]
+    assert all(len(cores) == 1 and cores[0] in host for cores in seen), seen
+    assert sorted({cores[0] for cores in seen}) == host, "round robin over the machine's cores"
+    large = _create(moto, "h.cpus", MemorySize=10240)
+    assert _call(moto, large)[1] == host  # six vCPUs: every core there is
+
+
+def test_function_cpus_counts_vcpus_and_goes_round_robin():
+    picks = [function_cpus(1769, [0, 1, 2, 3]) for _ in range(4)]
+    assert len({frozenset(p) for p in picks}) == 4 and all(len(p) == 1 for p in picks)
+    assert function_cpus(3538, [0, 1, 2, 3]) | function_cpus(3538, [0, 1, 2, 3]) == {0, 1, 2, 3}
+    assert function_cpus(128, [5]) == {5} and len(function_cpus(10240, list(range(16)))) == 6
 
 
 def test_code_folder_is_read_only(moto):

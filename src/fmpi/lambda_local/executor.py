@@ -49,7 +49,7 @@ from ..util import elf
 from .boot import BOOT
 from .report_lines import peak_memory_kb, write_report
 from .runtime_api import Invocation, RuntimeAPIServer
-from .sandbox import DEFAULT_TMP_MB, Sandbox, capabilities, make_read_only
+from .sandbox import DEFAULT_TMP_MB, Sandbox, capabilities, function_cpus, make_read_only
 
 INIT_TIMEOUT_S = 10.0  # AWS's limit for the init phase of an on-demand function
 
@@ -165,7 +165,7 @@ class ProcessExecutor:
         keep = [self.work_dir, *([self.runtime_site] if self.runtime_site else []),
                 os.path.dirname(os.path.dirname(self.python)), os.path.dirname(elf.__file__)]
         return Sandbox(self.work_dir, request_id, spec.memory_mb, read_only=code_roots, keep=keep,
-                       tmp_mb=spec.tmp_mb, enforce=self.enforce)
+                       tmp_mb=spec.tmp_mb, enforce=self.enforce, cpus=function_cpus(spec.memory_mb))
 
     def _wait(self, inv: Invocation, spec: FunctionSpec, t_spawn: float) -> None:
         """Until the invocation ends: a response, an error, the process's exit, or a deadline (then it is timed out)."""

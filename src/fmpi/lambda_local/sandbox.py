@@ -12,6 +12,13 @@
 * **no shared memory between functions**: Lambda has no ``/dev/shm``. Here
   each sandbox gets an empty read-only one of its own, so ranks of one job
   never share memory lanes, as on Lambda.
+* **a function's vCPUs**: Lambda gives a function one vCPU per 1769 MB of
+  memory (six at most), and numeric libraries start one thread per CPU they
+  see. Here each invocation is pinned to that many of this machine's cores,
+  taken round robin (``function_cpus``): four 1-vCPU functions on two cores
+  then run one BLAS thread each, as on Lambda, not two each spinning against
+  the others' (k-means ran 10x slower so, and a 10 s function timeout left
+  it a tenth of the work it would do on Lambda). Needs no root.
 * **the runtime's glibc and architecture**: a library the runtime could not
   load fails to import, with glibc's message (``elf_guard``, set up by the
   process's boot code from ``_EMU_GLIBC``/``_EMU_ARCH``).
@@ -23,6 +30,7 @@ says so, and ``fmpi-lambda-local`` prints it when it starts.
 
 from __future__ import annotations
 
+import itertools
 import os
 import shlex
 import shutil
@@ -48,6 +56,20 @@ if [ -d /dev/shm ]; then mount -t tmpfs -o ro,size=4k fmpi-lambda-no-shm /dev/sh
 for dir in $readonly; do mount --bind "$dir" "$dir"; mount -o remount,bind,ro "$dir"; done
 exec "$@"
 """
+
+
+MB_PER_VCPU, MAX_VCPUS = 1769, 6  # Lambda: one vCPU per 1769 MB of memory, six at 10240 MB
+_next_first_cpu = itertools.count()
+
+
+def function_cpus(memory_mb: int, host: list[int] | None = None) -> frozenset[int]:
+    """The cores of this machine one invocation of a `memory_mb` function is pinned to: as many as the vCPUs
+    the memory buys (at least one, at most the machine's), the next ones round robin after the last
+    invocation's."""
+    cores = sorted(os.sched_getaffinity(0)) if host is None else host
+    count = min(len(cores), max(1, min(MAX_VCPUS, round(memory_mb / MB_PER_VCPU))))
+    first = next(_next_first_cpu) * count
+    return frozenset(cores[(first + i) % len(cores)] for i in range(count))
 
 
 def is_root() -> bool:
@@ -76,6 +98,7 @@ class Sandbox:
     keep: list[str] = field(default_factory=list)
     tmp_mb: int = DEFAULT_TMP_MB
     enforce: dict[str, bool] = field(default_factory=capabilities)
+    cpus: frozenset[int] | None = None  # the cores it is pinned to (``function_cpus``; None: all)
     cgroup: Path | None = None
     _procs_fd: int | None = None
 
@@ -100,9 +123,12 @@ class Sandbox:
                 " ".join(map(shlex.quote, keep)), " ".join(map(shlex.quote, self.read_only)), *argv]
 
     def enter(self) -> None:
-        """In the child, before exec: join the memory cgroup (its limit then covers everything the runtime starts)."""
+        """In the child, before exec: join the memory cgroup (its limit then covers everything the runtime starts)
+        and take the function's cores (every thread and process it starts inherits them)."""
         if self._procs_fd is not None:
             os.write(self._procs_fd, b"0")
+        if self.cpus is not None:
+            os.sched_setaffinity(0, self.cpus)
 
     def out_of_memory(self) -> bool:
         if self.cgroup is None:

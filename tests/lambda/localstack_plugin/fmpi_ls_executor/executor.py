@@ -51,6 +51,7 @@ from localstack.services.lambda_.invocation.lambda_models import (
 from localstack.services.lambda_.invocation.runtime_executor import RuntimeExecutor
 
 from fmpi.lambda_local.runtime_api import Invocation, RuntimeAPIServer
+from fmpi.lambda_local.sandbox import function_cpus
 
 LOG = logging.getLogger(__name__)
 PYTHON = os.environ.get("FMPI_LAMBDA_PYTHON", sys.executable)
@@ -83,8 +84,11 @@ class ProcessRuntimeExecutor(RuntimeExecutor):
         }
         self._log_f = open(self.log_path, "ab")
         argv = [PYTHON, *(["-S"] if RUNTIME_SITE else []), "-m", "awslambdaric", self.function_version.config.handler]
+        # Pinned to the function's vCPUs, as fmpi-lambda-local's functions (fmpi.lambda_local.sandbox.function_cpus)
+        cpus = function_cpus(int(self.function_version.config.memory_size))
         self.proc = subprocess.Popen(argv, cwd=code_dir, env=env, stdin=subprocess.DEVNULL, stdout=self._log_f,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+                                     stderr=subprocess.STDOUT, start_new_session=True,
+                                     preexec_fn=lambda: os.sched_setaffinity(0, cpus))
         # Ready: the runtime asks for its first event (the handler module imported).
         deadline = time.time() + config.LAMBDA_RUNTIME_ENVIRONMENT_TIMEOUT
         while self.api.first_next_at is None:
