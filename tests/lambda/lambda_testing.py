@@ -95,6 +95,6 @@ def kmeans_lasting(seconds: float, n: int = 4) -> list[str]:
         assert run.returncode == 0, run.stderr
         return time.monotonic() - t0
 
-    short, long = took(5), took(25)
-    per_iteration = max(1e-3, (long - short) / 20)  # (the start-up, in both, cancels out)
-    return [*KMEANS, "--iterations", str(max(25, round((seconds - short) / per_iteration)))]
+    short, long = took(10), took(60)
+    per_iteration = max(1e-3, (long - short) / 50)  # (the start-up, in both, cancels out)
+    return [*KMEANS, "--iterations", str(max(60, round((seconds - short) / per_iteration)))]

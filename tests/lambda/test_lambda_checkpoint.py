@@ -29,13 +29,13 @@ def test_a_40_second_kmeans_under_a_10_second_function_timeout_is_relaunched_fro
                            check=False)
     uninterrupted = time.monotonic() - t0
     assert whole.returncode == 0, whole.stderr
-    assert uninterrupted > 3 * FUNCTION_TIMEOUT, f"the job must outlast several launches: {uninterrupted:.0f} s"
     env = aws_env(moto.endpoint_url, bundle_cache, FMPI_CHECKPOINT_EVERY="4", FMPI_CHECKPOINT_MARGIN="2")
     run = lambda_run(4, kmeans[0], *kmeans[1:], extra=("--timeout", str(FUNCTION_TIMEOUT), "--fill-timeout", "8",
                                                        "--max-runtime", "1200"), env=env, timeout=1300)
     assert run.returncode == 0, run.stderr
     launches = int(re.search(r"the job ended after (\d+) launches", run.stderr).group(1))
-    assert launches >= 3, run.stderr
+    # (sized to about 40 s uninterrupted on this machine; what the test needs is several launches)
+    assert launches >= 3, f"{launches} launches for a job of {uninterrupted:.0f} s uninterrupted\n{run.stderr}"
     result = next(line for line in run.stdout.splitlines() if line.startswith("kmeans "))
     assert result == next(line for line in whole.stdout.splitlines() if line.startswith("kmeans "))
     assert "stopped at the checkpoint of step" in run.stderr, run.stderr  # the policy stopped the world in time

@@ -373,7 +373,9 @@ def test_localstack_backend_defaults_to_localhost_4566(monkeypatch):
     from fmpi.launcher.lambda_backend import aws
 
     # Nothing from this machine may choose the endpoint, the region or the credentials.
-    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_LAMBDA", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
+    # (connect() also sets some of them for the rest of the process: monkeypatch puts them back afterwards)
+    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_LAMBDA", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE",
+                 "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
@@ -385,6 +387,11 @@ def test_localstack_backend_defaults_to_localhost_4566(monkeypatch):
     # AWS_ENDPOINT_URL, when set, wins over the default (it is how the LocalStack stage points elsewhere).
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:4510")
     assert aws.connect("localstack", None, None, None).client("lambda").meta.endpoint_url == "http://127.0.0.1:4510"
+    # ... and so does every client made later in the process, without a Target (the checkpoint store's)
+    import boto3
+
+    assert boto3.client("s3").meta.endpoint_url == "http://127.0.0.1:4510"
+    assert boto3.client("s3").meta.region_name == "us-east-1"
 
 
 @pytest.mark.parametrize("n, k, arity", [(n, k, a) for n in (1, 5, 8, 100) for k in (2, 3, 6) for a in (0, 1, 2, 16)])

@@ -31,7 +31,6 @@ def test_a_40_second_kmeans_under_a_10_second_function_timeout_is_bit_identical(
     whole = subprocess.run([FMPIRUN, "-n", "4", "python", *argv], capture_output=True, text=True, timeout=600)
     uninterrupted = time.monotonic() - t0
     assert whole.returncode == 0, whole.stderr
-    assert uninterrupted > 3 * FUNCTION_TIMEOUT, f"the job must outlast several launches: {uninterrupted:.0f} s"
     s3 = _client(localstack, "s3")
     bucket = "fmpi-code-000000000000-us-east-1"  # LocalStack's account
     before = _keys(s3, bucket, "checkpoints/")
@@ -39,7 +38,8 @@ def test_a_40_second_kmeans_under_a_10_second_function_timeout_is_bit_identical(
                  env={"FMPI_CHECKPOINT_EVERY": "4", "FMPI_CHECKPOINT_MARGIN": "2"}, timeout=1300)
     assert run.returncode == 0, run.stderr
     launches = int(re.search(r"the job ended after (\d+) launches", run.stderr).group(1))
-    assert launches >= 3, run.stderr
+    # (sized to about 40 s uninterrupted on this machine; what the test needs is several launches)
+    assert launches >= 3, f"{launches} launches for a job of {uninterrupted:.0f} s uninterrupted\n{run.stderr}"
     result = next(line for line in run.stdout.splitlines() if line.startswith("kmeans "))
     assert result == next(line for line in whole.stdout.splitlines() if line.startswith("kmeans "))
     assert "stopped at the checkpoint of step" in run.stderr, run.stderr

@@ -124,7 +124,23 @@ def connect(backend: str, region: str | None, profile: str | None, endpoint_url:
                 "--profile. For LocalStack use --backend localstack."
             )
     _check_region(session, region)
+    _same_for_every_client(backend, region, profile, endpoint_url)
     return Target(backend, session, region, endpoint_url)
+
+
+def _same_for_every_client(backend: str, region: str, profile: str | None, endpoint_url: str | None) -> None:
+    """Every boto3 client this process makes later talks to the same account, region and endpoint: the
+    checkpoint store (checkpoint/stores.py), which fmpirun opens to read a launch's progress and to remove
+    the checkpoints of a job that ended well, knows no Target (with --endpoint-url or --profile it went to
+    the default endpoint or profile, and a LocalStack job's checkpoints stayed behind)."""
+    if endpoint_url:
+        os.environ["AWS_ENDPOINT_URL"] = endpoint_url
+    if profile:
+        os.environ["AWS_PROFILE"] = profile
+    os.environ["AWS_DEFAULT_REGION"] = region
+    if backend == "localstack":
+        os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
+        os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
 
 
 def _check_region(session: Any, region: str) -> None:
