@@ -62,7 +62,7 @@ def test_a_spent_budget_says_where_to_continue_and_the_same_url_finishes_the_job
 
 
 CRASH_IN_CHECKPOINT = """
-import os, sys
+import os, sys, time
 import numpy as np
 from mpi4py import MPI
 from fmpi import checkpoint
@@ -71,7 +71,13 @@ comm = MPI.COMM_WORLD
 
 class DiesWhilePickled:
     def __reduce__(self):
-        os._exit(9)  # killed inside its checkpoint, after every rank agreed to write one
+        # Killed inside its checkpoint, after every rank agreed to write one and once rank 0's part is in
+        # (written whole by a rename; without the wait the launcher may stop rank 0 before it writes).
+        part = os.path.join(os.environ["FMPI_CHECKPOINT_URL"].removeprefix("file://"), "step-000000000003", "rank-0")
+        deadline = time.monotonic() + 60
+        while not os.path.exists(part) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os._exit(9)
 
 
 state, step = checkpoint.restore(np.full(3, comm.rank, dtype=float), 0)
