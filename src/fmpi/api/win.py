@@ -24,7 +24,7 @@ import threading
 from typing import Any
 
 from . import exceptions as err
-from . import runtime
+from . import keyvals, runtime
 from .buffers import byte_view
 from .constants import BOTTOM, PROC_NULL
 from .errhandler import ERRORS_RETURN
@@ -142,6 +142,7 @@ class Win(RmaCalls, WinAttributes):
 
     def Free(self) -> None:
         w = self._live()
+        keyvals.delete_all("win", self, w.attrs)  # (MPI runs the attributes' delete_fn first)
         w.sync.Barrier()  # every rank is past its last epoch: nothing more comes to any target
         w.requests.send(None, w.requests.Get_rank(), STOP)
         w.service.join()

@@ -1,4 +1,4 @@
-"""The descriptive side of ``MPI.Win`` (mixed into it): group, attributes, info, name, error handler.
+"""The descriptive side of ``MPI.Win`` (mixed into it): group, attributes and keyvals, info, name, error handler.
 
 They need ``Win``'s ``_live()`` (the window's state, or ERR_WIN for a null or freed window).
 """
@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import exceptions as err
+from . import keyvals
 from .errhandler import PREDEFINED, Errhandler
 from .group import Group
 from .info import Info
@@ -34,13 +35,22 @@ class WinAttributes:
         if keyval == WIN_BASE:
             return get_address(w.view) if w.size else 0
         fixed = {WIN_SIZE: w.size, WIN_DISP_UNIT: w.disp_unit, WIN_CREATE_FLAVOR: w.flavor, WIN_MODEL: WIN_UNIFIED}
-        return fixed[keyval] if keyval in fixed else w.attrs.get(keyval)
+        return fixed[keyval] if keyval in fixed else keyvals.get("win", w.attrs, keyval)
 
     def Set_attr(self, keyval: int, attrval: Any) -> None:
-        self._live().attrs[keyval] = attrval
+        keyvals.set_attr("win", self, self._live().attrs, keyval, attrval)
 
     def Delete_attr(self, keyval: int) -> None:
-        self._live().attrs.pop(keyval, None)
+        keyvals.delete("win", self, self._live().attrs, keyval)
+
+    @classmethod
+    def Create_keyval(cls, copy_fn: Any = None, delete_fn: Any = None, nopython: bool = False) -> int:
+        """A keyval for window attributes (windows are never duplicated: `copy_fn` is kept, never called)."""
+        return keyvals.create("win", copy_fn, delete_fn)
+
+    @classmethod
+    def Free_keyval(cls, keyval: int) -> int:
+        return keyvals.free("win", keyval)
 
     @property
     def attrs(self) -> tuple[int, int, int]:
