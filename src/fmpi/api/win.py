@@ -37,7 +37,7 @@ from .rma_constants import (
     LOCK_EXCLUSIVE, LOCK_SHARED, MODE_NOPRECEDE, WIN_FLAVOR_ALLOCATE, WIN_FLAVOR_CREATE, WIN_FLAVOR_DYNAMIC,
     WIN_FLAVOR_SHARED,
 )
-from .rma_target import FLUSH, LOCK, STOP, UNLOCK, RmaError, TargetService
+from .rma_target import FLUSH, LOCK, NO_ANSWER, STOP, UNLOCK, RmaError, TargetService
 from .win_attributes import WinAttributes
 from .win_memory import shared_segments, window_memory
 
@@ -260,7 +260,12 @@ class Win(RmaCalls, WinAttributes):
         w = self._w
         if rank in w.locked:
             raise err.Exception(err.ERR_RMA_SYNC, f"Win.Lock: this rank already holds a lock on rank {rank}")
-        self._ask(rank, LOCK, (lock_type,))
+        if rank == w.me:
+            self._ask(rank, LOCK, (lock_type,))  # (this rank's operations on its own window apply at once: wait)
+        else:
+            # Lazy, as MPI allows and MPICH does: the request goes out and Lock returns; the target holds
+            # this rank's later requests until it grants the lock. Lock, Put, Unlock is then one round trip.
+            w.requests.send((lock_type, NO_ANSWER), rank, LOCK)
         w.locked.add(rank)
 
     def Unlock(self, rank: int) -> None:
