@@ -56,6 +56,7 @@ class Comm(ObjectP2P, PersistentP2P, NonblockingSendrecv, CommAttributes, FaultT
             return  # a handle on an existing communicator: __new__ did it all
         self._engine = engine
         self._group = group
+        self._peers = group  # the world ranks a point-to-point rank names (an intercommunicator's: its remote group)
         self._index = {w: i for i, w in enumerate(group)}
         self._rank = self._index.get(engine.rank, -1) if engine is not None else -1
         self._ctx = context
@@ -199,22 +200,22 @@ class Comm(ObjectP2P, PersistentP2P, NonblockingSendrecv, CommAttributes, FaultT
         """(world rank, tag) of a send to `rank` with `tag`, or the MPI error of either (the rank's first)."""
         if type(rank) is not int:
             rank = c_int(rank)
-        if not 0 <= rank < len(self._group):
-            self._fail(err.ERR_RANK, f"invalid rank {rank} for a communicator of size {len(self._group)}")
+        if not 0 <= rank < len(self._peers):
+            self._bad_rank(rank)
         if type(tag) is not int:
             tag = c_int(tag)
         if not 0 <= tag <= TAG_UB:
             self._fail(err.ERR_TAG, f"invalid send tag {tag} (must be 0..{TAG_UB})")
-        return self._group[rank], tag
+        return self._peers[rank], tag
 
     def _recv_envelope(self, rank: int, tag: int) -> tuple[int, int]:
         """(world rank or ANY_SOURCE, tag) of a receive from `rank` with `tag`, or the MPI error of either."""
         if rank != ANY_SOURCE:
             if type(rank) is not int:
                 rank = c_int(rank)
-            if not 0 <= rank < len(self._group):
-                self._fail(err.ERR_RANK, f"invalid rank {rank} for a communicator of size {len(self._group)}")
-            rank = self._group[rank]
+            if not 0 <= rank < len(self._peers):
+                self._bad_rank(rank)
+            rank = self._peers[rank]
         if type(tag) is not int:
             tag = c_int(tag)
         if tag != ANY_TAG and not 0 <= tag <= TAG_UB:
@@ -223,6 +224,9 @@ class Comm(ObjectP2P, PersistentP2P, NonblockingSendrecv, CommAttributes, FaultT
 
     def _dest(self, rank: int) -> int:
         return self._send_envelope(rank, 0)[0]
+
+    def _bad_rank(self, rank: int) -> None:
+        self._fail(err.ERR_RANK, f"invalid rank {rank} for a communicator of size {len(self._group)}")
 
     def _comm_rank(self, world: int) -> int:
         return self._index.get(world, world)

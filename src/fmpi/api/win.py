@@ -235,20 +235,28 @@ class Win(RmaCalls, WinAttributes):
             raise err.Exception(err.ERR_RMA_RANGE, str(answer))
         return answer
 
-    def _flush(self, rank: int, kind: int = FLUSH) -> None:
-        if rank == self._w.me and kind == FLUSH:
-            return  # (this rank's operations on its own window are applied when called)
-        self._w.touched.discard(rank)
-        failed = self._ask(rank, kind, ())
+    def _flush(self, ranks: Any, kind: int = FLUSH) -> None:
+        """FLUSH (or UNLOCK) each of `ranks`: every request goes out before any answer is awaited, so a Fence or a
+        Flush_all after operations on many targets takes one round trip, not one per target."""
+        w = self._w
+        asked = []
+        for rank in ranks:
+            if rank == w.me and kind == FLUSH:
+                continue  # (this rank's operations on its own window are applied when called)
+            w.touched.discard(rank)
+            with w.tag_lock:
+                tag = 1 + next(w.tags) % _REPLY_TAGS
+            w.requests.send((tag,), rank, kind)
+            asked.append((rank, tag))
+        failed = [f"rank {rank}: {answer}" for rank, tag in asked if (answer := w.replies.recv(source=rank, tag=tag))]
         if failed:
-            raise err.Exception(err.ERR_RMA_RANGE, f"rank {rank}: {failed}")
+            raise err.Exception(err.ERR_RMA_RANGE, "; ".join(failed))
 
     # ========================================================= synchronization
     def Fence(self, assertion: int = 0) -> None:
         w = self._live()
         if not assertion & MODE_NOPRECEDE:
-            for rank in sorted(w.touched):
-                self._flush(rank)
+            self._flush(sorted(w.touched))
         w.sync.Barrier()
 
     def Lock(self, rank: int, lock_type: int = LOCK_EXCLUSIVE, assertion: int = 0) -> None:
@@ -276,24 +284,27 @@ class Win(RmaCalls, WinAttributes):
         if rank not in w.locked:
             raise err.Exception(err.ERR_RMA_SYNC, f"Win.Unlock: this rank holds no lock on rank {rank}")
         w.locked.discard(rank)
-        self._flush(rank, UNLOCK)
+        self._flush([rank], UNLOCK)
 
     def Lock_all(self, assertion: int = 0) -> None:
         for rank in range(len(self._live().sizes)):
             self.Lock(rank, LOCK_SHARED)
 
     def Unlock_all(self) -> None:
-        for rank in range(len(self._live().sizes)):
-            self.Unlock(rank)
+        w = self._live()
+        ranks = range(len(w.sizes))
+        if not w.locked.issuperset(ranks):
+            raise err.Exception(err.ERR_RMA_SYNC, "Win.Unlock_all: this rank holds no lock on some rank (Lock_all first)")
+        w.locked.clear()
+        self._flush(ranks, UNLOCK)
 
     def Flush(self, rank: int) -> None:
         if rank != PROC_NULL:
             self._target(rank)
-            self._flush(rank)
+            self._flush([rank])
 
     def Flush_all(self) -> None:
-        for rank in sorted(self._live().touched):
-            self._flush(rank)
+        self._flush(sorted(self._live().touched))
 
     def Flush_local(self, rank: int) -> None:
         """Nothing to wait for: an operation's origin buffer is free when its call returns."""
@@ -323,9 +334,8 @@ class Win(RmaCalls, WinAttributes):
         w = self._live()
         if w.access is None:
             raise err.Exception(err.ERR_RMA_SYNC, "Win.Complete without Win.Start")
+        self._flush([rank for rank in w.access if rank in w.touched])
         for rank in w.access:
-            if rank in w.touched:
-                self._flush(rank)
             w.sync.send(None, rank, COMPLETED)
         w.access = None
 
