@@ -2,7 +2,7 @@
 ``(count, None)``, ``(None, displ)`` and ``[buf, count, None, None]`` forms, mpi4py's errors for bad specs
 (ValueError, KeyError, TypeError, BufferError), Fortran-ordered arrays, non-native byte order; and
 ``MPI.buffer`` over foreign memory (``buffer(obj)``, ``frombuffer``, ``fromaddress``, ``toreadonly``,
-``cast``, item and slice rules, ``release``, ``Alloc_mem``/``Free_mem``). Compared with MPICH + mpi4py.
+``cast``, item and slice rules, ``release``, ``Alloc_mem``/``Free_mem``); vector counts (numpy 0-d and array counts, float counts refused), w-spec defaults and refusals, RMA target specs. Compared with MPICH + mpi4py.
 """
 
 import pytest
@@ -107,7 +107,37 @@ os.write(1, "".join(f"{comm.rank} {item!r}\n" for item in out).encode())
 """
 
 
-@pytest.mark.parametrize(("name", "source", "n"), [("specs", SPECS, 1), ("specs", SPECS, 2), ("buffer", BUFFER, 1)])
+COUNTS = PRELUDE + r"""
+size = comm.size
+send = bytearray(b"x" + bytes(range(97, 97 + 3 * size)))
+recv = bytearray(3 * size + 1)
+comm.Alltoallv([send, (3, [np.array(1) + 3 * i for i in range(size)])], [recv, np.array(3)])
+out.append(("0-d counts", bytes(recv)))
+recv = bytearray(3 * size + 1)
+comm.Alltoallv([send, np.array([3] * size)], [recv, (3, np.array([1] * size) * 0 + np.arange(size) * 3)])
+out.append(("array counts", bytes(recv)))
+for label, counts in (("float array", np.array([3.1] * size)), ("0-d float", np.array(3.0)), ("float list", [3.0] * size)):
+    outcome(label, lambda: comm.Alltoallv([send, counts], [bytearray(3 * size + 1), counts]))
+wsend, wrecv = bytearray(b"abc" * size), bytearray(3 * size)
+comm.Alltoallw([wsend, None, None, [MPI.CHAR] * size], [wrecv, [MPI.CHAR] * size])
+out.append(("w defaults", bytes(wrecv)))
+for label, spec in (("w one item", [wsend]), ("w BOTTOM no counts", [MPI.BOTTOM, None, [0] * size, [MPI.BYTE] * size]),
+                    ("w BOTTOM no displs", [MPI.BOTTOM, [0] * size, None, [MPI.BYTE] * size]),
+                    ("w five items", [wsend, [0] * size, [0] * size, [MPI.BYTE] * size, None])):
+    outcome(label, lambda: comm.Alltoallw(spec, [wrecv, [0] * size, [0] * size, [MPI.BYTE] * size]))
+win = MPI.Win.Allocate(8, 1, comm=MPI.COMM_SELF)
+for label, target in (("target dict", {1: 2}), ("target 4 items", (0, 1, MPI.BYTE, None)), ("target ()", ()),
+                      ("target 0", 0), ("target [0, 1, BYTE]", [0, 1, MPI.BYTE])):
+    win.Lock(0)
+    outcome(label, lambda: win.Put(bytearray(b"z"), 0, target))
+    win.Unlock(0)
+win.Free()
+os.write(1, "".join(f"{comm.rank} {item!r}\n" for item in out).encode())
+"""
+
+
+@pytest.mark.parametrize(("name", "source", "n"), [("specs", SPECS, 1), ("specs", SPECS, 2), ("buffer", BUFFER, 1),
+                                                  ("counts", COUNTS, 1), ("counts", COUNTS, 3)])
 def test_message_specs_as_under_mpich(program, fmpi, mpich, name, source, n):
     """Fails on the old code: ``(count, None)`` and ``[buf, count, None, None]`` were refused, bad specs
     raised MPI.Exception where mpi4py raises ValueError/KeyError/TypeError, Fortran-ordered arrays were

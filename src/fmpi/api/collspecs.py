@@ -24,6 +24,8 @@ datatypes]``, displacements in bytes.
 
 from __future__ import annotations
 
+import operator
+
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -249,8 +251,8 @@ def vector(spec: Any, writable: bool, blocks: int) -> Vector:
                 raise ValueError(f"message: cannot infer count, buffer length {len(view)} is not a multiple of datatype extent {extent}")
             total = len(view) // extent
         counts = [total // blocks + (total % blocks > i) for i in range(blocks)]
-    elif isinstance(o_counts, (int, np.integer)):
-        counts = [int(o_counts)] * blocks
+    elif (count := _integral(o_counts)) is not None:
+        counts = [count] * blocks
     else:
         counts = _array(o_counts, blocks, "counts")
     if o_displs is None:
@@ -258,8 +260,8 @@ def vector(spec: Any, writable: bool, blocks: int) -> Vector:
         for c in counts:
             displs.append(pos)
             pos += c
-    elif isinstance(o_displs, (int, np.integer)):
-        displs = [int(o_displs) * i for i in range(blocks)]
+    elif (step := _integral(o_displs)) is not None:
+        displs = [step * i for i in range(blocks)]
     else:
         displs = _array(o_displs, blocks, "displs")
     if any(c < 0 for c in counts) or any(d < 0 for d in displs):
@@ -278,11 +280,16 @@ def wvector(spec: Any, writable: bool, blocks: int) -> Vector:
     """Parse a w spec (Alltoallw, Neighbor_alltoallw) for `blocks` ranks: displacements in bytes."""
     if not isinstance(spec, (list, tuple)) or not 2 <= len(spec) <= 4:
         raise ValueError("message: expecting 2 to 4 items")
+    o_counts = o_displs = None
     if len(spec) == 2:
         o_buf, o_types = spec
-        counts, displs = [1] * blocks, [0] * blocks
     else:
         o_buf, o_counts, o_displs, o_types = (spec[0], *spec[1], spec[2]) if len(spec) == 3 else spec
+    if o_buf is BOTTOM and (o_counts is None or o_displs is None):
+        raise ValueError(f"message: BOTTOM requires {'counts' if o_counts is None else 'displs'}")
+    if o_counts is None and o_displs is None:  # (one of each type, at the start: mpi4py's default)
+        counts, displs = [1] * blocks, [0] * blocks
+    else:
         counts, displs = _array(o_counts, blocks, "counts"), _array(o_displs, blocks, "displs")
     types = [o_types] * blocks if isinstance(o_types, Datatype) else [_datatype(t) for t in o_types]
     if len(types) != blocks:
@@ -296,8 +303,21 @@ def wvector(spec: Any, writable: bool, blocks: int) -> Vector:
     return Vector(stage.buffer, stage.layout, counts, None, stage)
 
 
+def _integral(value: Any) -> int | None:
+    """`value` as one integer when mpi4py takes it as one (an index that is not a sequence: numpy's 0-d
+    integer arrays too), else None."""
+    if isinstance(value, (list, tuple)) or hasattr(value, "__len__") and np.ndim(value) != 0:
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
 def _array(values: Sequence[int], blocks: int, what: str) -> list[int]:
-    out = [int(v) for v in values]
+    if values is None:
+        raise ValueError(f"message: expecting {blocks} {what}, got None")
+    out = [operator.index(v) for v in values]  # (a float count is a TypeError, as in mpi4py)
     if len(out) != blocks:
         raise ValueError(f"message: expecting {blocks} {what}, got {len(out)}")
     return out

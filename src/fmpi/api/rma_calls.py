@@ -31,10 +31,15 @@ def _target_spec(target: Any, count: int, datatype: Datatype) -> tuple[int, int,
     if target is None:
         return 0, count, datatype
     if not isinstance(target, (list, tuple)):
-        return operator.index(target), count, datatype
+        try:
+            return operator.index(target), count, datatype
+        except TypeError:
+            raise ValueError("target: expecting integral or list/tuple") from None
     items = list(target)
-    if not 1 <= len(items) <= 3:
-        raise ValueError(f"target: expecting 1 to 3 items, not {len(items)}")
+    if len(items) > 3:
+        raise ValueError("target: expecting 3 items at most")
+    if not items:
+        return 0, count, datatype
     disp = operator.index(items[0])
     if len(items) == 2 and isinstance(items[1], Datatype):
         return disp, count, items[1]
