@@ -115,12 +115,14 @@ def receive_target(spec: Any) -> tuple[memoryview, staging.Unpack | None]:
     return msg.view, msg.unpack
 
 
-def _parse(spec: Any) -> tuple[Any, Any, Any, Any]:
+def split(spec: Any, single: bool = True) -> tuple[Any, Any, Any, Any]:
     """(buffer, count, displacement, datatype) of a message spec, each None where the spec leaves it
-    out; a 2-item spec's second item is a datatype (or typecode), a (count, displ) pair or a count."""
+    out; a 2-item spec's second item is a datatype (or typecode), a (count, displ) pair or a count. The one
+    reading of a simple spec, for point-to-point, collectives (``collspecs``) and RMA. `single`: take
+    ``[buf]`` too (fmpi's point-to-point does; mpi4py refuses it, and so do the collectives here)."""
     if not isinstance(spec, (list, tuple)):
         return spec, None, None, None
-    if len(spec) == 1:  # (fmpi also takes [buf], which mpi4py refuses)
+    if len(spec) == 1 and single:
         return spec[0], None, None, None
     if len(spec) == 2:
         buf, count = spec
@@ -150,7 +152,7 @@ def _datatype(spec: Any) -> Datatype | None:
 
 def message(spec: Any, writable: bool) -> Message:
     """Parse one message spec (see module docstring), refusing what mpi4py refuses with its errors."""
-    buf, count, displ, datatype = _parse(spec)
+    buf, count, displ, datatype = split(spec)
     datatype = _datatype(datatype)
     displ = displ or 0
     if buf is BOTTOM and isinstance(datatype, Datatype) and datatype:  # absolute addresses (Get_address)
@@ -162,7 +164,7 @@ def message(spec: Any, writable: bool) -> Message:
         if implied.dtype is not None and not implied.dtype.isnative:
             raise err.UnusableBuffer(f"buffer of non-native byte order ({implied.dtype.str}) without a datatype")
         datatype = implied
-    _check_counts(buf, count, displ, datatype, len(view))
+    check_counts(buf, count, displ, datatype, len(view))
     if not datatype:
         return Message(view[0:0], 0, datatype)
     record = datatype._t
@@ -182,7 +184,7 @@ def message(spec: Any, writable: bool) -> Message:
     return Message(view[start:end], count, datatype)
 
 
-def _check_counts(buf: Any, count: int | None, displ: int, datatype: Datatype, length: int) -> None:
+def check_counts(buf: Any, count: int | None, displ: int, datatype: Datatype, length: int) -> None:
     """mpi4py's checks of a message's count and displacement against its buffer (ValueError)."""
     if displ < 0:
         raise BadSpec(err.ERR_ARG, f"message: negative displacement {displ}")

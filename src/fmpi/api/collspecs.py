@@ -35,7 +35,7 @@ import numpy as np
 from ..collectives.options import Layout
 from . import exceptions as err
 from . import staging
-from .buffers import byte_view
+from .buffers import byte_view, check_counts, split
 from .constants import BOTTOM, IN_PLACE
 from .datatypes import Datatype, from_dtype, from_typechar
 
@@ -153,47 +153,18 @@ def simple(spec: Any, writable: bool, blocks: int = 0) -> Simple:
                 )
             count //= blocks
         return Simple(memoryview(flat.view(np.uint8)), count, datatype, flat)
-    o_buf, o_count, o_displ, o_type = spec, None, None, None
-    if isinstance(spec, (list, tuple)):
-        n = len(spec)
-        if n == 2:
-            o_buf, o_count = spec
-            if _is_datatype(o_count):
-                o_count, o_type = None, o_count
-            elif isinstance(o_count, (list, tuple)):
-                o_count, o_displ = o_count
-        elif n == 3:
-            o_buf, o_count, o_type = spec
-            if isinstance(o_count, (list, tuple)):
-                o_count, o_displ = o_count
-        elif n == 4:
-            o_buf, o_count, o_displ, o_type = spec
-        else:
-            raise ValueError("message: expecting 2 to 4 items")
+    o_buf, o_count, o_displ, o_type = split(spec, single=False)
     view, datatype = _buffer(o_buf, writable, o_type)
     if datatype and not datatype._t.contiguous:
         return _gappy(view, datatype, o_count, o_displ, writable, blocks)
+    displ = o_displ or 0
+    check_counts(o_buf, o_count, displ, datatype, len(view))  # (mpi4py's checks, as for point-to-point)
     extent = datatype.Get_size()
-    offset = 0
-    if o_displ:
-        if o_displ < 0:
-            raise ValueError(f"message: negative diplacement {o_displ}")
-        if extent <= 0 or o_displ * extent > len(view):
-            raise ValueError(f"message: displacement {o_displ} out of bounds")
-        offset = o_displ * extent
-    view = view[offset:]
+    view = view[displ * extent:]
     if o_count is not None:
         count = int(o_count)
-        if count < 0:
-            raise ValueError(f"message: negative count {count}")
-    elif len(view) == 0:
-        count = 0
     else:
-        if extent <= 0:
-            raise ValueError("message: cannot infer count, datatype has no size")
-        if len(view) % extent:
-            raise ValueError(f"message: cannot infer count, buffer length {len(view)} is not a multiple of datatype extent {extent}")
-        count = len(view) // extent
+        count = len(view) // extent if len(view) else 0
         if blocks >= 2:
             if count % blocks:
                 raise ValueError(
