@@ -166,3 +166,22 @@ def ranks_that_said(stderr: str, text: str) -> int:
     folded = sum(int(m.group(1)) for m in re.finditer(r"^fmpirun: (\d+) more ranks said the same \('(.*)'\)", stderr, re.M)
                  if m.group(2).rstrip(".") in text or text in m.group(2))
     return printed + folded
+
+
+# The start of a differential test's program (tests/compat): each outcome is recorded by the builtin class
+# mpi4py raises (fmpi's may also be an MPI.Exception), so the lines printed under fmpi and MPICH compare.
+OUTCOMES_PRELUDE = r"""import array, os, warnings
+import numpy as np
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+peer, source = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
+out = []
+
+def outcome(label, call):
+    try:
+        result = call()
+        out.append((label, "ok", result))
+    except Exception as e:
+        kinds = (KeyError, IndexError, BufferError, TypeError, ValueError, RuntimeWarning, NotImplementedError)
+        out.append((label, next((k.__name__ for k in kinds if isinstance(e, k)), type(e).__name__)))
+"""

@@ -11,7 +11,7 @@ import pytest
 
 pytestmark = pytest.mark.timeout(300)
 
-KEYVALS = r"""import os
+CODES = r"""import os
 from mpi4py import MPI
 out = []
 def code(fn, *a):
@@ -21,7 +21,9 @@ def code(fn, *a):
         return e.Get_error_class()
     except Exception as e:
         return type(e).__name__
-k1 = MPI.Comm.Create_keyval(); k2 = MPI.Comm.Create_keyval(); kt = MPI.Datatype.Create_keyval()
+"""
+
+KEYVALS = CODES + r"""k1 = MPI.Comm.Create_keyval(); k2 = MPI.Comm.Create_keyval(); kt = MPI.Datatype.Create_keyval()
 out.append(("keyvals", k1, k2, kt, MPI.KEYVAL_INVALID))
 c = MPI.COMM_WORLD.Dup()
 out.append(("wrongkind", code(c.Get_attr, kt), code(c.Set_attr, kt, 1), code(MPI.INT.Get_attr, k1), code(c.Get_attr, MPI.KEYVAL_INVALID), code(c.Get_attr, 12345), code(c.Delete_attr, k1)))
@@ -77,17 +79,7 @@ def test_keyvals_and_attributes_as_under_mpich(program, fmpi, mpich):
     assert "ValueError" in mine.stderr
 
 
-WIN_KEYVALS = r"""import os
-from mpi4py import MPI
-out = []
-def code(fn, *a):
-    try:
-        r = fn(*a); return ("ok", r)
-    except MPI.Exception as e:
-        return e.Get_error_class()
-    except Exception as e:
-        return type(e).__name__
-log = []
+WIN_KEYVALS = CODES + r"""log = []
 def dfn(o, k, v):
     log.append(("del", type(o).__name__, v))
 kw = MPI.Win.Create_keyval(None, dfn); kc = MPI.Comm.Create_keyval()

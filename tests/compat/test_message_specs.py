@@ -6,24 +6,11 @@
 """
 
 import pytest
+from tests_support import OUTCOMES_PRELUDE
 
 pytestmark = pytest.mark.timeout(300)
 
-PRELUDE = r"""import array, os
-import numpy as np
-from mpi4py import MPI
-comm = MPI.COMM_WORLD
-peer, source = (comm.rank + 1) % comm.size, (comm.rank - 1) % comm.size
-out = []
-
-def outcome(label, call):
-    try:
-        result = call()
-        out.append((label, "ok", result))
-    except Exception as e:  # by the builtin class mpi4py raises (fmpi's may also be an MPI.Exception)
-        kinds = (KeyError, IndexError, BufferError, TypeError, ValueError, NotImplementedError)
-        out.append((label, next((k.__name__ for k in kinds if isinstance(e, k)), type(e).__name__)))
-"""
+PRELUDE = OUTCOMES_PRELUDE
 
 SPECS = PRELUDE + r"""
 def exchange(send, recv):
