@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 from . import exceptions as err
 from .constants import UNDEFINED
 from .errhandler import ERRORS_RETURN, Errhandler
+from .handles import Handled
 from .info import Info
 
 
@@ -25,7 +26,37 @@ def predefined(name: str) -> Any:
     return {"COMM_WORLD": runtime.state.world, "COMM_SELF": runtime.state.self_comm, "COMM_NULL": COMM_NULL}[name]
 
 
-class CommHandle:
+class _Referent:
+    """What every handle on one communicator shares for its integer handle (handles.py): the state the
+    handles share (their ``__dict__``) and the communicator's class, which ``Comm.fromhandle`` gives back."""
+
+    __slots__ = ("kind", "state", "__weakref__")
+
+    def __init__(self, kind: type, state: dict) -> None:
+        self.kind, self.state = kind, state
+
+
+class CommHandle(Handled):
+    def _referent(self) -> _Referent:
+        referent = self.__dict__.get("_handle_referent")
+        if referent is None:  # the class is fmpi's (an Intercomm stays one), not a wrapper's such as pkl5's
+            kind = next(c for c in type(self).__mro__ if c.__module__.startswith("fmpi."))
+            referent = self.__dict__["_handle_referent"] = _Referent(kind, self.__dict__)
+        return referent
+
+    @classmethod
+    def _from_referent(cls, referent: _Referent) -> Any:
+        comm = referent.kind.__new__(referent.kind)
+        comm.__dict__ = referent.state
+        return comm
+
+    def _of_my_class(self, comm: Any) -> Any:
+        """`comm`, made from this communicator by Dup, as a handle of this handle's class when that is a
+        program's subclass of fmpi's: mpi4py's Dup gives ``type(self)``, and mpi4py.util.pkl5's
+        communicators rely on it (a plain Dup of one sent and probed without pkl5's protocol, and hung)."""
+        kind = type(self)
+        return comm if kind is type(comm) or kind.__module__.startswith("fmpi.") else kind(comm)
+
     def __reduce__(self) -> tuple:
         for name in ("COMM_WORLD", "COMM_SELF", "COMM_NULL"):
             comm = predefined(name)
@@ -65,7 +96,18 @@ class CommHandle:
     def Free(self) -> None:
         self._free_handle()
 
-    free = Free
+    def free(self) -> None:
+        """mpi4py's safe free: a null handle and COMM_WORLD, COMM_SELF are left alone; another handle on
+        one of those becomes null itself (mpi4py nullifies it), the communicator staying."""
+        if self._engine is None:
+            return
+        for name in ("COMM_WORLD", "COMM_SELF"):
+            comm = predefined(name)
+            if comm is not None and self.__dict__ is comm.__dict__:
+                if self is not comm:
+                    self.__dict__ = predefined("COMM_NULL").__dict__
+                return
+        self.Free()
 
     def Set_info(self, info: Info) -> None:
         """Hints are accepted and ignored (fmpi takes none), as MPI allows; Get_info gives them back."""
@@ -75,12 +117,6 @@ class CommHandle:
         return Info.Create(self.__dict__.get("_info", {}))
 
     info = property(Get_info, Set_info)
-
-    def toint(self) -> int:
-        """-1: fmpi's communicators have no C or Fortran handle (mpi4py's tests then skip fromint/f2py)."""
-        return -1
-
-    py2f = toint
 
     def Get_topology(self) -> int:
         self._live()

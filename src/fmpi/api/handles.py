@@ -45,3 +45,38 @@ def lookup(handle: int, kind: str) -> Any:
     if obj is None:
         raise ValueError(f"{handle} is not the handle of a live {kind}")
     return obj
+
+
+class Handled:
+    """Mixed into the MPI classes (requests have their own, in request.py): ``handle``/``fromhandle``,
+    ``toint``/``fromint``, ``py2f``/``f2py``. A class says what all its handles on one object share
+    (``_referent``: weakly referenceable, alive while the object is) and how to make a handle on it."""
+
+    __slots__ = ()
+
+    def _referent(self) -> Any:
+        raise NotImplementedError
+
+    @classmethod
+    def _from_referent(cls, referent: Any) -> Any:
+        return cls(referent)
+
+    @property
+    def handle(self) -> int:
+        """This object's integer handle (0: the null object); every handle on one object shares it."""
+        return number(self._referent()) if self else NULL
+
+    @classmethod
+    def fromhandle(cls, handle: int) -> Any:
+        """A handle on the object `handle` names (``cls()``, a null one, for 0)."""
+        if handle == NULL:
+            return cls()
+        return cls._from_referent(lookup(handle, cls.__name__))
+
+    def toint(self) -> int:
+        return self.handle
+
+    def py2f(self) -> int:
+        return self.handle
+
+    fromint = f2py = fromhandle

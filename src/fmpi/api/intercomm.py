@@ -153,7 +153,7 @@ class Intercomm(InterObjectCollectives, InterBufferCollectives, CollectiveCalls,
 
     def Dup(self, info: Any = None) -> Intercomm:
         self._live()
-        return self._copy_attributes(self._sibling(self._group, self._remote, self._next_context("dup")))
+        return self._of_my_class(self._copy_attributes(self._sibling(self._group, self._remote, self._next_context("dup"))))
 
     Clone = Dup
 

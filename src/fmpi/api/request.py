@@ -74,7 +74,8 @@ class Request:
             raise_mpi(error)
         if self._result is None:
             self._result = self._finish(self._op) if self._op is not None else (None, ANY_SOURCE, ANY_TAG, 0)
-        value, source, tag, nbytes = self._result
+        # A request completed before is REQUEST_NULL now: waiting again gives None and an empty status, as in mpi4py.
+        value, source, tag, nbytes = (None, ANY_SOURCE, ANY_TAG, 0) if self._settled else self._result
         if status is not None:
             cancelled = bool(self._op is not None and self._op.cancelled)
             status._set(source, tag, nbytes, 0, cancelled)
@@ -158,6 +159,13 @@ class Request:
         return bool(self) and bool(other) and (self._same or self) is (other._same or other)
 
     __hash__ = object.__hash__
+
+    def __reduce__(self) -> str | tuple:
+        """REQUEST_NULL travels by name (another null handle, as another of its class); a live request is
+        this process's, so it cannot be pickled, as in mpi4py."""
+        if self:
+            raise ValueError(f"cannot pickle a live {type(self).__name__}")
+        return "REQUEST_NULL" if self is REQUEST_NULL else (type(self), ())
 
     # ------------------------------------------------------- handles (mpi4py's C and Fortran conversions)
     @property

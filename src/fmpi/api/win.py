@@ -29,6 +29,7 @@ from .buffers import byte_view
 from .constants import BOTTOM, PROC_NULL
 from .errhandler import ERRORS_RETURN
 from .group import Group
+from .handles import Handled
 from .info import Info
 from .memory import buffer
 from .packing import get_address
@@ -79,7 +80,7 @@ class _Window:
         raise RmaError(f"address {disp:#x} is in no memory attached to the dynamic window")
 
 
-class Win(RmaCalls, WinAttributes):
+class Win(RmaCalls, WinAttributes, Handled):
     def __init__(self, win: Win | None = None) -> None:
         """``Win()``: a null handle; ``Win(win)``: another handle on `win`'s window."""
         if win is not None and not isinstance(win, Win):
@@ -94,6 +95,20 @@ class Win(RmaCalls, WinAttributes):
 
     def __bool__(self) -> bool:
         return self._w is not None
+
+    def _referent(self) -> _Window:
+        return self._w
+
+    @classmethod
+    def _from_referent(cls, window: _Window) -> Win:
+        return cls._of(window)
+
+    def __reduce__(self) -> str | tuple:
+        """WIN_NULL travels by name (another null handle, as another of its class); a window is this
+        job's, so it cannot be pickled, as in mpi4py."""
+        if self._w is not None:
+            raise ValueError(f"cannot pickle {self!r}: a window is this job's")
+        return "WIN_NULL" if self is WIN_NULL else (type(self), ())
 
     def __enter__(self) -> Win:
         return self
