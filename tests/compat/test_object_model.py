@@ -1,11 +1,13 @@
 """The object model as mpi4py has it (issue 26, mpi4py's test_objmodel and test_handle): every MPI class has
 ``handle``/``fromhandle``, ``toint``/``fromint``, ``py2f``/``f2py`` leading back to an equal object of the
 same class (``Comm.fromhandle`` to the communicator's own class: Cartcomm, Intracomm), and a read-only
-``handle``; ``MPI._sizeof``/``_addressof``/``_handleof``; ``Op()`` and ``Cartcomm()`` are null handles;
-constructors refuse objects of another kind with TypeError; objects take weak references; ``free()`` leaves
-null and predefined objects alone and makes another handle on a predefined one null; predefined objects
-unpickle to themselves, and a copy of a handle of a subclass is of that subclass. Compared with MPICH +
-mpi4py, except the handle numbers themselves (MPICH's are its own).
+``handle``; a Status's ``py2f``/``f2py`` (its Fortran integers); ``MPI._sizeof``/``_addressof``/``_handleof``;
+``Op()`` and ``Cartcomm()`` are null handles; constructors refuse objects of another kind with TypeError;
+objects take weak references and are unhashable (the registry of handles, api/handles.py, goes by id);
+``free()`` leaves null and predefined objects alone and makes another handle on a predefined one null;
+predefined objects unpickle to themselves, a user operation to a new one on its function, and a copy of a
+handle of a subclass is of that subclass. Compared with MPICH + mpi4py, except the handle numbers
+themselves (MPICH's are its own).
 """
 
 import pytest
@@ -38,6 +40,10 @@ for name, obj in [(type(o).__name__, o) for o in nulls] + list(live.items()):
     except AttributeError:
         out.append((name, "handle read-only", "AttributeError"))
     out.append((name, "weakref", weakref.ref(obj)() is obj, kind() == kind(), bool(kind()), kind(obj) == obj))
+    try:
+        out.append((name, "hash", hash(obj) is not None))
+    except TypeError:
+        out.append((name, "hash", "TypeError"))
     for other in nulls + [1234, "abc"]:
         if not isinstance(other, kind):
             try:
@@ -46,6 +52,11 @@ for name, obj in [(type(o).__name__, o) for o in nulls] + list(live.items()):
             except TypeError:
                 pass
 out.append(("Status", MPI._sizeof(MPI.Status()), MPI._sizeof(MPI.Status), MPI._handleof(MPI.Status()) != 0))
+st = MPI.Status()
+st.source, st.tag, st.error = 3, 7, MPI.ERR_OTHER
+st.Set_elements(MPI.BYTE, 2**33 + 5)
+st.Set_cancelled(True)
+out.append(("Status py2f", st.py2f(), MPI.Status.f2py(st.py2f()) == st, MPI.F_STATUS_SIZE))
 for fn in (MPI._sizeof, MPI._addressof, MPI._handleof):
     try:
         fn(None)
@@ -53,6 +64,18 @@ for fn in (MPI._sizeof, MPI._addressof, MPI._handleof):
     except TypeError:
         out.append((fn.__name__, "None", "TypeError"))
 out.append(("Op()", MPI.Op() == MPI.OP_NULL, MPI.Op(MPI.SUM) == MPI.SUM, MPI.Op(MPI.SUM) != MPI.MAX))
+
+
+def concat(a, b, datatype):
+    return a + b
+
+
+for commute in (True, False):
+    user = MPI.Op.Create(concat, commute)
+    again = pickle.loads(pickle.dumps(user))
+    out.append(("user op pickled", again == user, again.Is_commutative(), again([1], [2])))
+    user.Free()
+    again.Free()
 for obj in nulls + [MPI.INT, MPI.INFO_ENV, MPI.SUM, MPI.GROUP_EMPTY, MPI.ERRORS_RETURN, MPI.MESSAGE_NO_PROC, MPI.COMM_SELF, comm]:
     name = type(obj).__name__
     for _ in range(3):

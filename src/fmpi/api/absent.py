@@ -38,7 +38,7 @@ class _Absent(Handled):
     def __eq__(self, other: object) -> bool:
         return isinstance(other, self._kind())
 
-    __hash__ = object.__hash__
+    __hash__ = None  # type: ignore[assignment] - unhashable, as mpi4py's handles
 
     def __reduce__(self) -> str | tuple:
         name = f"{self._kind().__name__.upper()}_NULL"

@@ -170,7 +170,7 @@ class Comm(ObjectP2P, PersistentP2P, NonblockingSendrecv, CommAttributes, CommHa
     def __bool__(self) -> bool:
         return self._engine is not None
 
-    __hash__ = object.__hash__
+    __hash__ = None  # type: ignore[assignment] - unhashable, as mpi4py's handles
 
     def __repr__(self) -> str:
         if self._engine is None:

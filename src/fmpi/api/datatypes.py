@@ -127,8 +127,7 @@ class Datatype(TypeConstructors, TypePacking, Handled):
     def __ne__(self, other: object) -> bool:
         return not self == other
 
-    def __hash__(self) -> int:
-        return id(self._t)
+    __hash__ = None  # type: ignore[assignment] - unhashable, as mpi4py's handles
 
     def __bool__(self) -> bool:
         return self._t is not _NULL

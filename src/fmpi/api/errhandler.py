@@ -38,7 +38,7 @@ class Errhandler(Handled):
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Errhandler) and other.name == self.name
 
-    __hash__ = object.__hash__
+    __hash__ = None  # type: ignore[assignment] - unhashable, as mpi4py's handles
 
     def __bool__(self) -> bool:
         return self.name != "ERRHANDLER_NULL"

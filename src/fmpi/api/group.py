@@ -152,7 +152,7 @@ class Group(Handled):
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Group) and other._null == self._null and other._members == self._members
 
-    __hash__ = object.__hash__
+    __hash__ = None  # type: ignore[assignment] - unhashable, as mpi4py's handles
 
     def __bool__(self) -> bool:
         return not self._null

@@ -19,20 +19,34 @@ from typing import Any
 
 NULL = 0
 
-_lock = threading.Lock()
+# Reentrant: a weak reference's callback (_forget) can run, collecting garbage, inside number() itself.
+_lock = threading.RLock()
 _numbers = itertools.count(1)
 _by_number: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
-_by_object: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+# By id, not by the object: MPI objects are unhashable, as mpi4py's. The weak reference tells a live
+# object from a dead one whose id was reused, and its callback forgets the dead one.
+_by_id: dict[int, tuple[weakref.ref, int]] = {}
+
+
+def _forget(key: int, found: int) -> Any:
+    def forget(_ref: weakref.ref) -> None:
+        with _lock:
+            entry = _by_id.get(key)
+            if entry is not None and entry[1] == found:
+                del _by_id[key]
+
+    return forget
 
 
 def number(obj: Any) -> int:
     """The handle of `obj` (given on first use)."""
     with _lock:
-        found = _by_object.get(obj)
-        if found is None:
-            found = next(_numbers)
-            _by_object[obj] = found
-            _by_number[found] = obj
+        entry = _by_id.get(id(obj))
+        if entry is not None and entry[0]() is obj:
+            return entry[1]
+        found = next(_numbers)
+        _by_id[id(obj)] = (weakref.ref(obj, _forget(id(obj), found)), found)
+        _by_number[found] = obj
         return found
 
 

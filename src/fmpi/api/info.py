@@ -173,8 +173,7 @@ class Info(Handled):
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Info) and other._handle == self._handle
 
-    def __hash__(self) -> int:
-        return hash(self._handle)
+    __hash__ = None  # type: ignore[assignment] - unhashable, as mpi4py's handles
 
     def _referent(self) -> Info:
         return self._same or self

@@ -123,7 +123,7 @@ class Intercomm(InterObjectCollectives, InterBufferCollectives, CollectiveCalls,
     def __eq__(self, other: object) -> bool:
         return super().__eq__(other) and (self._engine is None or getattr(other, "_remote", None) == self._remote)
 
-    __hash__ = Comm.__hash__
+    __hash__ = None  # type: ignore[assignment] - unhashable, as mpi4py's handles
 
     # ------------------------------------------- point-to-point: remote ranks
     def _dest(self, rank: int) -> int:

@@ -60,7 +60,7 @@ class Message(Handled):
             return True
         return bool(self) and bool(other) and self._source == other._source == PROC_NULL  # both MESSAGE_NO_PROC
 
-    __hash__ = object.__hash__
+    __hash__ = None  # type: ignore[assignment] - unhashable, as mpi4py's handles
 
     def _referent(self) -> object:
         return self._handle

@@ -113,17 +113,17 @@ class Op(Handled):
             return True
         return bool(self) and bool(other) and (self._same or self) is (other._same or other)
 
-    __hash__ = object.__hash__
+    __hash__ = None  # type: ignore[assignment] - unhashable, as mpi4py's handles
 
     def _referent(self) -> Op:
         return self._same or self
 
     def __reduce__(self) -> str | tuple:
         """The predefined operations travel by name (another handle on one, as another handle, of its
-        class); a user operation's function is this process's, so it cannot be pickled, as in mpi4py."""
+        class); a user operation as its function (pickled by reference) and commutativity, as in mpi4py."""
+        if self._user is not None:
+            return (type(self).Create, (self._user, self.commute))
         original = self._same or self if self else OP_NULL
-        if globals().get(original.name) is not original:
-            raise ValueError(f"cannot pickle {self!r}: only the predefined operations can be, as in mpi4py")
         return original.name if self is original else (type(self), (original,))
 
     def __call__(self, x: Any, y: Any) -> Any:

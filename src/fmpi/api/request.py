@@ -158,7 +158,7 @@ class Request:
             return True
         return bool(self) and bool(other) and (self._same or self) is (other._same or other)
 
-    __hash__ = object.__hash__
+    __hash__ = None  # type: ignore[assignment] - unhashable, as mpi4py's handles
 
     def __reduce__(self) -> str | tuple:
         """REQUEST_NULL travels by name (another null handle, as another of its class); a live request is

@@ -91,8 +91,7 @@ class Win(RmaCalls, WinAttributes, Handled):
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Win) and self._w is other._w
 
-    def __hash__(self) -> int:
-        return id(self._w)
+    __hash__ = None  # type: ignore[assignment] - unhashable, as mpi4py's handles
 
     def __bool__(self) -> bool:
         return self._w is not None
