@@ -18,7 +18,7 @@ from ..transport.requests import Op, RecvOp, TransportError
 from ..wire import pickle_oob as serialize
 from . import exceptions as err
 from .buffers import message, message_view, receive_target
-from .comm_handle import CommHandle
+from .comm_handle import CommHandle, fmpi_class
 from .arguments import c_int
 from .constants import ANY_SOURCE, ANY_TAG, IDENT, PROC_NULL, TAG_UB, UNEQUAL
 from .errhandler import ERRORS_ABORT, ERRORS_ARE_FATAL, ERRORS_RETURN, PREDEFINED, Errhandler
@@ -53,6 +53,7 @@ class Comm(ObjectP2P, PersistentP2P, NonblockingSendrecv, CommAttributes, CommHa
     def __init__(self, engine: Engine | Comm | None = None, group: tuple[int, ...] = (), context: int = 0, name: str = "") -> None:
         if isinstance(engine, Comm):
             return  # a handle on an existing communicator: __new__ did it all
+        self._kind = fmpi_class(type(self))  # what a handle of MPI.Comm itself on it works through (_actual)
         self._engine = engine
         self._group = group
         self._index = {w: i for i, w in enumerate(group)}

@@ -36,11 +36,16 @@ class _Referent:
         self.kind, self.state = kind, state
 
 
+def fmpi_class(cls: type) -> type:
+    """The fmpi class a communicator class is or derives from (a program's, or pkl5's, subclass: its base)."""
+    return next(c for c in cls.__mro__ if c.__module__.startswith("fmpi."))
+
+
 class CommHandle(Handled):
     def _referent(self) -> _Referent:
         referent = self.__dict__.get("_handle_referent")
-        if referent is None:  # the class is fmpi's (an Intercomm stays one), not a wrapper's such as pkl5's
-            kind = next(c for c in type(self).__mro__ if c.__module__.startswith("fmpi."))
+        if referent is None:  # `_kind`: the class the communicator was made as (Comm.__init__)
+            kind = self.__dict__.get("_kind") or fmpi_class(type(self))
             referent = self.__dict__["_handle_referent"] = _Referent(kind, self.__dict__)
         return referent
 
@@ -55,7 +60,20 @@ class CommHandle(Handled):
         program's subclass of fmpi's: mpi4py's Dup gives ``type(self)``, and mpi4py.util.pkl5's
         communicators rely on it (a plain Dup of one sent and probed without pkl5's protocol, and hung)."""
         kind = type(self)
-        return comm if kind is type(comm) or kind.__module__.startswith("fmpi.") else kind(comm)
+        if kind is type(comm) or kind.__module__.startswith("fmpi."):
+            return comm
+        return type(comm).__new__(kind, comm)  # fmpi's __new__: the subclass's own would Clone (test_subclass's MyComm)
+
+    def _actual(self) -> Any:
+        """This communicator through a handle of its own class (an Intracomm, ...): how a handle of a
+        program's subclass of MPI.Comm itself reaches what only intra- and intercommunicators have."""
+        return self._from_referent(self._referent())
+
+    def Dup(self, info: Any = None) -> Any:
+        """mpi4py has Dup on every Comm: a handle of MPI.Comm (or of a subclass of it) duplicates as its kind."""
+        return self._of_my_class(self._actual().Dup(info))
+
+    Clone = Dup
 
     def __reduce__(self) -> tuple:
         for name in ("COMM_WORLD", "COMM_SELF", "COMM_NULL"):
@@ -80,7 +98,7 @@ class CommHandle(Handled):
             if comm is not None and self.__dict__ is comm.__dict__:
                 self._fail(err.ERR_COMM, f"cannot free the predefined communicator {name}")
         self._delete_attributes()  # type: ignore[attr-defined] - the user's attributes' delete_fn (keyvals)
-        self._stop_worker()
+        self._actual()._stop_worker()
         self._engine, self._group, self._index, self._rank = None, (), {}, -1
 
     def Call_errhandler(self, errorcode: int) -> None:

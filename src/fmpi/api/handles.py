@@ -68,6 +68,11 @@ class Handled:
 
     __slots__ = ()
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        """Taking the constructor's arguments, as mpi4py's ``__new__`` does: subclasses that override
+        ``__new__`` call ``super().__new__(cls, obj)`` (mpi4py's test_subclass); ``__init__`` uses them."""
+        return super().__new__(cls)
+
     def _referent(self) -> Any:
         raise NotImplementedError
 

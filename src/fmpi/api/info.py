@@ -57,7 +57,7 @@ class Info(Handled):
 
     def Dup(self) -> Info:
         self._live()
-        return Info.Create(self._items)
+        return type(self).Create(self._items)
 
     def Free(self) -> None:
         self._live()

@@ -34,6 +34,10 @@ class Request:
     # one request compare equal, as handles of one MPI_Request do.
     __slots__ = ("_engine", "_op", "_finish", "_result", "_settled", "_same", "__weakref__")
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> "Request":
+        """Taking the constructor's arguments, as mpi4py's ``__new__`` does (see ``handles.Handled``)."""
+        return super().__new__(cls)
+
     def __init__(self, engine: "Engine | Request | None" = None, op: Op | None = None, finish: Finish = _no_result) -> None:
         self._same: Request | None = None
         if op is None and engine is not None:  # MPI.Request(req): another handle on the same request
@@ -84,8 +88,10 @@ class Request:
         return value
 
     # ------------------------------------------------------------ user calls
+    # Wait and Test call Request's wait and test, not a subclass's (mpi4py's test_subclass overrides
+    # them to call Wait and Test without a status).
     def Wait(self, status: Status | None = None) -> bool:
-        self.wait(status)
+        Request.wait(self, status)
         return True
 
     def wait(self, status: Status | None = None) -> Any:
@@ -93,7 +99,7 @@ class Request:
         return self._settle(status)
 
     def Test(self, status: Status | None = None) -> bool:
-        return self.test(status)[0]
+        return Request.test(self, status)[0]
 
     def test(self, status: Status | None = None) -> tuple[bool, Any]:
         if not self._done():
