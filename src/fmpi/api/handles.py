@@ -93,9 +93,11 @@ class Handled:
         return cls._from_referent(lookup(handle, cls.__name__))
 
     def toint(self) -> int:
+        """The C integer handle: ``handle`` (fmpi has one kind of handle number)."""
         return self.handle
 
     def py2f(self) -> int:
+        """The Fortran integer handle: ``handle`` too."""
         return self.handle
 
     fromint = f2py = fromhandle
