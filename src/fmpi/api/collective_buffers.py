@@ -1,11 +1,13 @@
-"""Uppercase collectives: buffers and numpy arrays, message specs, ``MPI.IN_PLACE``.
+"""Uppercase collectives of intracommunicators: their plans (buffers and numpy arrays, message specs, ``MPI.IN_PLACE``).
 
 Each call is split in two: a *plan* parses the message specs, checks them
 (the way mpi4py does, with the same ``ValueError`` texts) and wraps the
 user's memory as byte views and arrays without copying; it returns a
 function of a ``Channel`` that runs the algorithm ``collectives.table``
-picks. The blocking call runs the plan at once; its ``I`` twin hands the plan
-to the communicator's background worker and returns a ``Request``.
+picks. The entry points, shared with intercommunicators, are in
+``collective_entries``: the blocking call runs the plan at once; its ``I``
+twin hands the plan to the communicator's background worker and returns a
+``Request``.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from ..collectives.options import (
     ScatterOptions,
 )
 from . import collspecs as specs
+from .collective_entries import BufferCollectiveEntries
 from .collective_exchange import ExchangeCollectives, Plan, finishing
 from .op import SUM, Op
 from .persistent import PersistentCollectives
@@ -58,29 +61,18 @@ def _reduction_arrays(self, sendbuf: Any, recvbuf: Any, op: Op) -> tuple[np.ndar
     return send_arr, recv_arr, op.reducer(recv.datatype), recv
 
 
-class BufferCollectives(ExchangeCollectives, PersistentCollectives):
-    """Mixed into ``Intracomm`` (the alltoall family is in ``collective_exchange``); needs ``_blocking``, ``_nonblocking``, ``_root``, ``rank``, ``size``,
+class BufferCollectives(ExchangeCollectives, BufferCollectiveEntries, PersistentCollectives):
+    """Mixed into ``Intracomm`` (the alltoall family is in ``collective_exchange``, the entry points in
+    ``collective_entries``); needs ``_blocking``, ``_nonblocking``, ``_root``, ``rank``, ``size``,
     and ``_allreduce_memo`` (None at first: see ``repeated_calls``)."""
 
     _allreduce_memo: AllreduceMemo | None
 
     # ---------------------------------------------------------------- barrier
-    def Barrier(self) -> None:
-        self._blocking(self._plan_barrier())
-
-    def Ibarrier(self) -> Request:
-        return self._nonblocking(self._plan_barrier())
-
     def _plan_barrier(self) -> Plan:
         return lambda ch: table.run("barrier", ch, None, 0)
 
     # ------------------------------------------------------------------ bcast
-    def Bcast(self, buf: Any, root: int = 0) -> None:
-        self._blocking(self._plan_bcast(buf, root))
-
-    def Ibcast(self, buf: Any, root: int = 0) -> Request:
-        return self._nonblocking(self._plan_bcast(buf, root))
-
     def _plan_bcast(self, buf: Any, root: int) -> Plan:
         root = self._root(root)
         msg = specs.simple(buf, self.rank != root)
@@ -89,12 +81,6 @@ class BufferCollectives(ExchangeCollectives, PersistentCollectives):
         return finishing(lambda ch: table.run("bcast", ch, BcastOptions(data, root, segment), len(data)), msg)
 
     # ---------------------------------------------------------- reduce family
-    def Reduce(self, sendbuf: Any, recvbuf: Any, op: Op = SUM, root: int = 0) -> None:
-        self._blocking(self._plan_reduce(sendbuf, recvbuf, op, root))
-
-    def Ireduce(self, sendbuf: Any, recvbuf: Any, op: Op = SUM, root: int = 0) -> Request:
-        return self._nonblocking(self._plan_reduce(sendbuf, recvbuf, op, root))
-
     def _plan_reduce(self, sendbuf: Any, recvbuf: Any, op: Op, root: int) -> Plan:
         root = self._root(root)
         spec = None
@@ -110,6 +96,7 @@ class BufferCollectives(ExchangeCollectives, PersistentCollectives):
         return finishing(lambda ch: table.run("reduce", ch, opts, send.nbytes, op.commute), spec)
 
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> None:
+        # Not the shared entry point's plan: a loop's repeated blocking Allreduce reuses its checked arguments.
         memo = self._allreduce_memo
         if memo is None or not memo.fits(sendbuf, recvbuf, op):
             opts, spec = self._allreduce_options(sendbuf, recvbuf, op)
@@ -118,9 +105,6 @@ class BufferCollectives(ExchangeCollectives, PersistentCollectives):
                 return
             memo = self._allreduce_memo = AllreduceMemo(sendbuf, recvbuf, op, opts)
         self._blocking(memo.run)
-
-    def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> Request:
-        return self._nonblocking(self._plan_allreduce(sendbuf, recvbuf, op))
 
     def _plan_allreduce(self, sendbuf: Any, recvbuf: Any, op: Op) -> Plan:
         opts, spec = self._allreduce_options(sendbuf, recvbuf, op)
@@ -147,12 +131,6 @@ class BufferCollectives(ExchangeCollectives, PersistentCollectives):
         opts = ScanOptions(send, recv, combine, exclusive)
         return finishing(lambda ch: table.run("scan", ch, opts, recv.nbytes, op.commute), spec)
 
-    def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> None:
-        self._blocking(self._plan_reduce_scatter_block(sendbuf, recvbuf, op))
-
-    def Ireduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> Request:
-        return self._nonblocking(self._plan_reduce_scatter_block(sendbuf, recvbuf, op))
-
     def _plan_reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Op) -> Plan:
         if not isinstance(op, Op):
             raise TypeError(f"op must be an MPI.Op, not {type(op).__name__}")
@@ -174,12 +152,6 @@ class BufferCollectives(ExchangeCollectives, PersistentCollectives):
             send_arr, recv_arr, [recv.count] * size, op.reducer(recv.datatype), op.commute, table.tuning().segment, scratch
         )
         return finishing(lambda ch: table.run("reduce_scatter", ch, opts, send_arr.nbytes, op.commute), recv)
-
-    def Reduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Op = SUM) -> None:
-        self._blocking(self._plan_reduce_scatter(sendbuf, recvbuf, recvcounts, op))
-
-    def Ireduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Op = SUM) -> Request:
-        return self._nonblocking(self._plan_reduce_scatter(sendbuf, recvbuf, recvcounts, op))
 
     def _plan_reduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any, op: Op) -> Plan:
         if not isinstance(op, Op):
@@ -233,18 +205,6 @@ class BufferCollectives(ExchangeCollectives, PersistentCollectives):
         return finishing(run, recv)
 
     # ---------------------------------------------------------- gather family
-    def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
-        self._blocking(self._plan_gather(sendbuf, recvbuf, root, False))
-
-    def Igather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
-        return self._nonblocking(self._plan_gather(sendbuf, recvbuf, root, False))
-
-    def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
-        self._blocking(self._plan_gather(sendbuf, recvbuf, root, True))
-
-    def Igatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
-        return self._nonblocking(self._plan_gather(sendbuf, recvbuf, root, True))
-
     def _plan_gather(self, sendbuf: Any, recvbuf: Any, root: int, v: bool) -> Plan:
         root = self._root(root)
         size = self.size
@@ -266,18 +226,6 @@ class BufferCollectives(ExchangeCollectives, PersistentCollectives):
         opts = GatherOptions(send, recv, layout, block, root)
         total = block * size if block >= 0 else -1
         return finishing(lambda ch: table.run("gather", ch, opts, total, equal_blocks=not v), spec)
-
-    def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
-        self._blocking(self._plan_scatter(sendbuf, recvbuf, root, False))
-
-    def Iscatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
-        return self._nonblocking(self._plan_scatter(sendbuf, recvbuf, root, False))
-
-    def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
-        self._blocking(self._plan_scatter(sendbuf, recvbuf, root, True))
-
-    def Iscatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
-        return self._nonblocking(self._plan_scatter(sendbuf, recvbuf, root, True))
 
     def _plan_scatter(self, sendbuf: Any, recvbuf: Any, root: int, v: bool) -> Plan:
         root = self._root(root)
@@ -301,18 +249,6 @@ class BufferCollectives(ExchangeCollectives, PersistentCollectives):
         opts = ScatterOptions(send, layout, recv, block, root)
         total = block * size if block >= 0 else -1
         return finishing(lambda ch: table.run("scatter", ch, opts, total, equal_blocks=not v), spec)
-
-    def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:
-        self._blocking(self._plan_allgather(sendbuf, recvbuf, False))
-
-    def Iallgather(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._nonblocking(self._plan_allgather(sendbuf, recvbuf, False))
-
-    def Allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:
-        self._blocking(self._plan_allgather(sendbuf, recvbuf, True))
-
-    def Iallgatherv(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._nonblocking(self._plan_allgather(sendbuf, recvbuf, True))
 
     def _plan_allgather(self, sendbuf: Any, recvbuf: Any, v: bool) -> Plan:
         size, rank = self.size, self.rank

@@ -1,5 +1,6 @@
-"""Uppercase alltoall family: ``Alltoall``, ``Alltoallv``, ``Alltoallw`` and their ``I`` twins
-(mixed into ``Intracomm`` through ``BufferCollectives``), and ``finishing``, which every plan
+"""Uppercase alltoall family of intracommunicators: the plan of ``Alltoall``, ``Alltoallv`` and
+``Alltoallw``, and ``Alltoallw``'s own entry points (the other two's are ``collective_entries``';
+mixed into ``Intracomm`` through ``BufferCollectives``), and ``finishing``, which every plan
 uses to unpack what arrived into a staging buffer.
 
 ``Alltoallw`` takes one datatype per rank and displacements in bytes (mpi4py-fft's
@@ -40,18 +41,6 @@ def finishing(run: Plan, *received: specs.Simple | specs.Vector | None) -> Plan:
 
 class ExchangeCollectives:
     """Needs ``_blocking``, ``_nonblocking`` and ``size`` (see ``BufferCollectives``)."""
-
-    def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None:
-        self._blocking(self._plan_alltoall(sendbuf, recvbuf, "even"))
-
-    def Ialltoall(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._nonblocking(self._plan_alltoall(sendbuf, recvbuf, "even"))
-
-    def Alltoallv(self, sendbuf: Any, recvbuf: Any) -> None:
-        self._blocking(self._plan_alltoall(sendbuf, recvbuf, "v"))
-
-    def Ialltoallv(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._nonblocking(self._plan_alltoall(sendbuf, recvbuf, "v"))
 
     def Alltoallw(self, sendbuf: Any, recvbuf: Any) -> None:
         self._blocking(self._plan_alltoall(sendbuf, recvbuf, "w"))

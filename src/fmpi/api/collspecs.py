@@ -131,7 +131,7 @@ def _datatype(obj: Any) -> Datatype:
 
 
 def _buffer(buf: Any, writable: bool, dtype_spec: Any) -> tuple[memoryview, Datatype]:
-    if buf is None:
+    if buf is None or buf is BOTTOM:  # as in mpi4py: no memory of its own; the datatype must be given
         return memoryview(bytearray()), _datatype(dtype_spec) if dtype_spec is not None else from_typechar("B")
     view, implied = byte_view(buf, writable)
     return view, (_datatype(dtype_spec) if dtype_spec is not None else implied)

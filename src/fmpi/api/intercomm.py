@@ -74,7 +74,7 @@ class Intercomm(InterObjectCollectives, InterBufferCollectives, CollectiveCalls,
         if isinstance(engine, Comm):
             return  # a handle on an existing communicator (see Comm.__new__)
         super().__init__(engine, group, context, name)
-        self._remote = tuple(remote)
+        self._remote = self._peers = tuple(remote)
         self._remote_index = {w: i for i, w in enumerate(self._remote)}
 
     # -------------------------------------------------------------- identity
@@ -126,10 +126,8 @@ class Intercomm(InterObjectCollectives, InterBufferCollectives, CollectiveCalls,
     __hash__ = None  # type: ignore[assignment] - unhashable, as mpi4py's handles
 
     # ------------------------------------------- point-to-point: remote ranks
-    def _dest(self, rank: int) -> int:
-        if not 0 <= rank < len(self._remote):
-            self._fail(err.ERR_RANK, f"invalid rank {rank} for an intercommunicator whose remote group has {len(self._remote)}")
-        return self._remote[rank]
+    def _bad_rank(self, rank: int) -> None:
+        self._fail(err.ERR_RANK, f"invalid rank {rank} for an intercommunicator whose remote group has {len(self._remote)}")
 
     def _comm_rank(self, world: int) -> int:
         return self._remote_index.get(world, world)
@@ -223,8 +221,6 @@ class Intercomm(InterObjectCollectives, InterBufferCollectives, CollectiveCalls,
     def Free(self) -> None:
         self._free_handle()
         self._remote, self._remote_index = (), {}
-
-    free = Free
 
     def Disconnect(self) -> None:
         """Collective over both groups: returns once both have called it (all their traffic delivered); the

@@ -31,10 +31,10 @@ from . import collspecs as specs
 from . import exceptions as err
 from .arguments import c_int
 from .collective_buffers import _reduction_arrays
-from .collective_exchange import finishing
+from .collective_entries import BufferCollectiveEntries
+from .collective_exchange import blocks_of, finishing
 from .constants import PROC_NULL, ROOT
-from .op import SUM, Op
-from .request import Request
+from .op import Op
 
 Plan = Callable[[Any], None]  # of an InterChannels
 
@@ -59,8 +59,9 @@ def _spread(ch: Any, whole: memoryview | None, layout: Layout | None, mine: memo
     table.run("scatter", ch.local, opts, -1, equal_blocks=False)
 
 
-class InterBufferCollectives:
-    """Mixed into ``Intercomm``; needs ``_blocking``, ``_nonblocking``, ``_fail``, ``size``, ``remote_size``."""
+class InterBufferCollectives(BufferCollectiveEntries):
+    """Mixed into ``Intercomm`` (the entry points are in ``collective_entries``); needs ``_blocking``,
+    ``_nonblocking``, ``_fail``, ``size``, ``remote_size``."""
 
     # --------------------------------------------------------------- helpers
     def _role(self, root: int) -> int:
@@ -72,12 +73,8 @@ class InterBufferCollectives:
 
     def _blocks(self, spec: Any, writable: bool, v: bool) -> tuple[memoryview, Layout]:
         """A buffer of one block per remote process: its bytes and where each block lies."""
-        n = self.remote_size
-        if v:
-            vector = specs.vector(spec, writable, n)
-            return vector.view, vector.layout
-        simple = specs.simple(spec, writable, n)
-        return simple.data(n), Layout.even(n, simple.nbytes)
+        _, view, layout = blocks_of(spec, writable, self.remote_size, "v" if v else "even")
+        return view, layout
 
     def _no_scan(self, *args: Any, **kwargs: Any) -> NoReturn:
         self._fail(err.ERR_COMM, "Scan and Exscan are not defined on intercommunicators")
@@ -90,12 +87,6 @@ class InterBufferCollectives:
     Ialltoallw = Alltoallw
 
     # ---------------------------------------------------------------- barrier
-    def Barrier(self) -> None:
-        self._blocking(self._plan_barrier())
-
-    def Ibarrier(self) -> Request:
-        return self._nonblocking(self._plan_barrier())
-
     def _plan_barrier(self) -> Plan:
         def run(ch: Any) -> None:
             barrier_dissemination.barrier(ch.local)
@@ -106,12 +97,6 @@ class InterBufferCollectives:
         return run
 
     # ------------------------------------------------------------------ bcast
-    def Bcast(self, buf: Any, root: int = 0) -> None:
-        self._blocking(self._plan_bcast(buf, root))
-
-    def Ibcast(self, buf: Any, root: int = 0) -> Request:
-        return self._nonblocking(self._plan_bcast(buf, root))
-
     def _plan_bcast(self, buf: Any, root: int) -> Plan:
         root = self._role(root)
         if root == PROC_NULL:
@@ -130,18 +115,6 @@ class InterBufferCollectives:
         return run
 
     # ---------------------------------------------------- gather and scatter
-    def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
-        self._blocking(self._plan_gather(sendbuf, recvbuf, root, False))
-
-    def Igather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
-        return self._nonblocking(self._plan_gather(sendbuf, recvbuf, root, False))
-
-    def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
-        self._blocking(self._plan_gather(sendbuf, recvbuf, root, True))
-
-    def Igatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
-        return self._nonblocking(self._plan_gather(sendbuf, recvbuf, root, True))
-
     def _plan_gather(self, sendbuf: Any, recvbuf: Any, root: int, v: bool) -> Plan:
         root = self._role(root)
         if root == PROC_NULL:
@@ -152,18 +125,6 @@ class InterBufferCollectives:
             return lambda ch: ch.cross.waitall([ch.cross.irecv(ch.remote(i), layout.view(recv, i)) for i in range(n)])
         send = specs.simple(sendbuf, False).data()
         return lambda ch: ch.cross.send(ch.remote(root), send)
-
-    def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
-        self._blocking(self._plan_scatter(sendbuf, recvbuf, root, False))
-
-    def Iscatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
-        return self._nonblocking(self._plan_scatter(sendbuf, recvbuf, root, False))
-
-    def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
-        self._blocking(self._plan_scatter(sendbuf, recvbuf, root, True))
-
-    def Iscatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
-        return self._nonblocking(self._plan_scatter(sendbuf, recvbuf, root, True))
 
     def _plan_scatter(self, sendbuf: Any, recvbuf: Any, root: int, v: bool) -> Plan:
         root = self._role(root)
@@ -177,36 +138,13 @@ class InterBufferCollectives:
         return lambda ch: ch.cross.recv(ch.remote(root), recv)
 
     # ----------------------------------------------- allgather and alltoall
-    def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:
-        self._blocking(self._plan_allgather(sendbuf, recvbuf, False))
-
-    def Iallgather(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._nonblocking(self._plan_allgather(sendbuf, recvbuf, False))
-
-    def Allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:
-        self._blocking(self._plan_allgather(sendbuf, recvbuf, True))
-
-    def Iallgatherv(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._nonblocking(self._plan_allgather(sendbuf, recvbuf, True))
-
     def _plan_allgather(self, sendbuf: Any, recvbuf: Any, v: bool) -> Plan:
         send = specs.simple(sendbuf, False).data()
         recv, layout = self._blocks(recvbuf, True, v)
         return self._exchange([send] * self.remote_size, recv, layout)
 
-    def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None:
-        self._blocking(self._plan_alltoall(sendbuf, recvbuf, False))
-
-    def Ialltoall(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._nonblocking(self._plan_alltoall(sendbuf, recvbuf, False))
-
-    def Alltoallv(self, sendbuf: Any, recvbuf: Any) -> None:
-        self._blocking(self._plan_alltoall(sendbuf, recvbuf, True))
-
-    def Ialltoallv(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._nonblocking(self._plan_alltoall(sendbuf, recvbuf, True))
-
-    def _plan_alltoall(self, sendbuf: Any, recvbuf: Any, v: bool) -> Plan:
+    def _plan_alltoall(self, sendbuf: Any, recvbuf: Any, kind: str) -> Plan:
+        v = kind == "v"  # ("even" otherwise: Alltoallw is refused above)
         send, send_layout = self._blocks(sendbuf, False, v)
         recv, layout = self._blocks(recvbuf, True, v)
         return self._exchange([send_layout.view(send, i) for i in range(self.remote_size)], recv, layout)
@@ -222,12 +160,6 @@ class InterBufferCollectives:
         return run
 
     # ------------------------------------------------------------- reductions
-    def Reduce(self, sendbuf: Any, recvbuf: Any, op: Op = SUM, root: int = 0) -> None:
-        self._blocking(self._plan_reduce(sendbuf, recvbuf, op, root))
-
-    def Ireduce(self, sendbuf: Any, recvbuf: Any, op: Op = SUM, root: int = 0) -> Request:
-        return self._nonblocking(self._plan_reduce(sendbuf, recvbuf, op, root))
-
     def _plan_reduce(self, sendbuf: Any, recvbuf: Any, op: Op, root: int) -> Plan:
         root = self._role(root)
         if root == PROC_NULL:
@@ -244,12 +176,6 @@ class InterBufferCollectives:
 
         return run
 
-    def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> None:
-        self._blocking(self._plan_allreduce(sendbuf, recvbuf, op))
-
-    def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> Request:
-        return self._nonblocking(self._plan_allreduce(sendbuf, recvbuf, op))
-
     def _plan_allreduce(self, sendbuf: Any, recvbuf: Any, op: Op) -> Plan:
         send, recv, combine, spec = _reduction_arrays(self, sendbuf, recvbuf, op)
         out = as_bytes(recv)
@@ -263,17 +189,8 @@ class InterBufferCollectives:
 
         return finishing(run, spec)  # (a datatype with gaps: the result to its places)
 
-    def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> None:
-        self._blocking(self._plan_reduce_scatter(sendbuf, recvbuf, None, op))
-
-    def Ireduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> Request:
-        return self._nonblocking(self._plan_reduce_scatter(sendbuf, recvbuf, None, op))
-
-    def Reduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Op = SUM) -> None:
-        self._blocking(self._plan_reduce_scatter(sendbuf, recvbuf, recvcounts, op))
-
-    def Ireduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Op = SUM) -> Request:
-        return self._nonblocking(self._plan_reduce_scatter(sendbuf, recvbuf, recvcounts, op))
+    def _plan_reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Op) -> Plan:
+        return self._plan_reduce_scatter(sendbuf, recvbuf, None, op)
 
     def _plan_reduce_scatter(self, sendbuf: Any, recvbuf: Any, recvcounts: Any, op: Op) -> Plan:
         """The reduction of the remote group's vectors, scattered over the local group: `recvcounts[i]`

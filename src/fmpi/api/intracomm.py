@@ -29,6 +29,7 @@ from . import runtime
 from .arguments import c_int
 from .collective_buffers import BufferCollectives
 from .collective_calls import TAG_SPACE, CollectiveCalls
+from .collective_entries import BufferCollectiveEntries
 from .collective_exchange import ExchangeCollectives
 from .collective_objects import ObjectCollectives
 from .comm import Comm
@@ -254,7 +255,8 @@ __all__ = ["COMM_TYPE_HW_GUIDED", "COMM_TYPE_HW_UNGUIDED", "COMM_TYPE_RESOURCE_G
 
 # mpi4py defines the collectives on Comm, and code calls them through it (mpi4py.util.pkl5 does
 # ``MPI.Comm.Bcast(comm, ...)``); fmpi implements them for intracommunicators, its only kind.
-for _mixin in (ObjectCollectives, BufferCollectives, ExchangeCollectives):
+# (BufferCollectives before the shared entry points: Comm.Allreduce is the intracommunicator's own.)
+for _mixin in (ObjectCollectives, BufferCollectives, ExchangeCollectives, BufferCollectiveEntries):
     for _name, _fn in vars(_mixin).items():
         if not _name.startswith("_") and not hasattr(Comm, _name):
             setattr(Comm, _name, _fn)

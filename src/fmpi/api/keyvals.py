@@ -1,10 +1,10 @@
 """User attributes: ``Create_keyval``/``Free_keyval`` and ``Get_attr``/``Set_attr``/``Delete_attr``
-on communicators and datatypes, with mpi4py's callbacks.
+on communicators, datatypes and windows, with mpi4py's callbacks.
 
 ``Create_keyval(copy_fn=None, delete_fn=None, nopython=False)``: on ``Dup`` an attribute is copied
 when ``copy_fn`` is True (the same value), or a callable ``copy_fn(obj, keyval, value)`` returns
 something other than ``NotImplemented``; ``delete_fn(obj, keyval, value)`` runs when the attribute
-is replaced, deleted, or its object freed (the last set first). A callback's exception is printed
+is replaced, deleted, or its object freed (in MPICH's order). A callback's exception is printed
 and raised as ``MPI.Exception`` (its class for an MPI.Exception, ERR_OTHER for any other), as mpi4py
 does. Keyvals are numbered as MPICH numbers them (one counter, a prefix per kind of object); a
 keyval of another kind, KEYVAL_INVALID or a predefined keyval given to ``Set_attr``/``Delete_attr``
@@ -22,7 +22,7 @@ from typing import Any
 from . import constants as c
 from . import exceptions as err
 
-_PREFIX = {"comm": 0xA4400000, "type": 0xA4C00000}
+_PREFIX = {"comm": 0xA4400000, "type": 0xA4C00000, "win": 0xA6000000}
 _PREDEFINED = {c.TAG_UB, c.APPNUM, c.UNIVERSE_SIZE, c.WTIME_IS_GLOBAL, c.IO, c.LASTUSEDCODE}
 _keyvals: dict[int, tuple[str, Any, Any]] = {}  # keyval -> (kind, copy_fn, delete_fn)
 _created = 0
@@ -101,9 +101,10 @@ def copied(obj: Any, attrs: dict[int, Any]) -> dict[int, Any]:
 
 
 def delete_all(kind: str, obj: Any, attrs: dict[int, Any]) -> None:
-    """Run the delete_fn of every attribute, the last set first (as MPICH), when `obj` is freed."""
+    """Run the delete_fn of every attribute when `obj` is freed, in MPICH's order: the last set first on a
+    communicator, the first set first on a datatype or a window."""
     failed = None
-    for keyval in reversed(list(attrs)):
+    for keyval in reversed(list(attrs)) if kind == "comm" else list(attrs):
         try:
             delete(kind, obj, attrs, keyval, check=False)
         except err.Exception as exc:

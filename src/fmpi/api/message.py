@@ -143,7 +143,7 @@ def mprobe(comm: Comm, source: int, tag: int, status: Status | None, blocking: b
         if status is not None:
             status._set(PROC_NULL, ANY_TAG, 0)
         return Message._of(b"", PROC_NULL, ANY_TAG)  # (a handle of its own: receiving it makes it MESSAGE_NULL)
-    world, tag = comm._source(source), comm._recv_tag(tag)
+    world, tag = comm._recv_envelope(source, tag)
     engine = comm._engine
     try:
         found = engine.probe(world, comm._ctx, tag) if blocking else engine.iprobe(world, comm._ctx, tag)

@@ -11,7 +11,9 @@ communicator and applies them to its memory in arrival order. That gives MPI's g
 * one thread applies everything, so each accumulate is atomic with respect to every other RMA operation on
   the window, as MPI requires of ``Accumulate``, ``Get_accumulate``, ``Fetch_and_op`` and
   ``Compare_and_swap``;
-* locks are granted here, in request order (an exclusive lock waits for the holders to leave).
+* locks are granted here, in request order (an exclusive lock waits for the holders to leave). An origin's
+  ``Lock`` does not wait for the grant (MPI allows it to return first, and MPICH does so too): what the
+  origin sends while its lock waits is held here and applied, in order, once the lock is granted.
 
 An error at the target (a displacement outside an attached region of a dynamic window) cannot interrupt an
 origin that has moved on; it is kept and sent back with that origin's next FLUSH or UNLOCK answer.
@@ -36,6 +38,8 @@ from .rma_constants import LOCK_EXCLUSIVE
 
 # Request kinds (the tag of a request on the window's request communicator).
 PUT, GET, ACC, GET_ACC, CAS, LOCK, UNLOCK, FLUSH, STOP = range(1, 10)
+# The reply tag of a request nobody waits for (a lazy LOCK: its origin goes on at once).
+NO_ANSWER = 0
 
 # With FMPI_TIMEOUT set, how long one wait for the next request lasts before the thread waits again: an
 # explicit timeout keeps the hang check from counting an idle window as a hang. (Without FMPI_TIMEOUT the
@@ -60,6 +64,7 @@ class TargetService:
         self._holders: dict[int, int] = {}  # origin -> lock type it holds
         self._waiting: deque[tuple[int, int, int]] = deque()  # (origin, lock type, reply tag), in request order
         self._errors: dict[int, str] = {}  # origin -> the first error of its operations since its last flush
+        self._held: dict[int, list[tuple[int, tuple]]] = {}  # origin whose lock waits -> its requests since, in order
         self._mutex = threading.Lock()  # one operation at a time: this thread's, or the own rank's (``local``)
         self._thread = threading.Thread(target=self._serve, name="fmpi-rma-target", daemon=True)
 
@@ -103,9 +108,12 @@ class TargetService:
                 raise ValueError(str(exc)) from None
 
     def _handle(self, origin: int, kind: int, args: tuple) -> None:
-        if kind == LOCK:
+        if origin in self._held:
+            self._held[origin].append((kind, args))  # (its lock is not granted yet)
+        elif kind == LOCK:
             lock_type, reply = args
             self._waiting.append((origin, lock_type, reply))
+            self._held[origin] = []
             self._grant()
         elif kind in (UNLOCK, FLUSH):
             (reply,) = args
@@ -138,7 +146,10 @@ class TargetService:
                 return
             self._waiting.popleft()
             self._holders[origin] = lock_type
-            self._answer(origin, reply, None)
+            if reply != NO_ANSWER:
+                self._answer(origin, reply, None)
+            for kind, args in self._held.pop(origin):  # (an UNLOCK among them grants the next ones in turn)
+                self._handle(origin, kind, args)
 
     # ------------------------------------------------------------ operations
     def _apply(self, kind: int, args: tuple) -> Any:

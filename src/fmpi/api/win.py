@@ -25,12 +25,11 @@ import threading
 from typing import Any
 
 from . import exceptions as err
-from . import runtime
+from . import keyvals, runtime
 from .buffers import byte_view
 from .constants import BOTTOM, PROC_NULL
 from .errhandler import ERRORS_RETURN
 from .group import Group
-from .handles import Handled
 from .info import Info
 from .memory import buffer
 from .packing import get_address
@@ -39,7 +38,7 @@ from .rma_constants import (
     LOCK_EXCLUSIVE, LOCK_SHARED, MODE_NOPRECEDE, WIN_FLAVOR_CREATE, WIN_FLAVOR_DYNAMIC,
     WIN_FLAVOR_SHARED,
 )
-from .rma_target import FLUSH, LOCK, STOP, UNLOCK, RmaError, TargetService
+from .rma_target import FLUSH, LOCK, NO_ANSWER, STOP, UNLOCK, RmaError, TargetService
 from .win_attributes import WinAttributes
 from .win_memory import shared_segments, window_memory
 
@@ -81,7 +80,7 @@ class _Window:
         raise RmaError(f"address {disp:#x} is in no memory attached to the dynamic window")
 
 
-class Win(RmaCalls, WinAttributes, Handled):
+class Win(RmaCalls, WinAttributes):
     def __init__(self, win: Win | None = None) -> None:
         """``Win()``: a null handle; ``Win(win)``: another handle on `win`'s window."""
         if win is not None and not isinstance(win, Win):
@@ -95,20 +94,6 @@ class Win(RmaCalls, WinAttributes, Handled):
 
     def __bool__(self) -> bool:
         return self._w is not None
-
-    def _referent(self) -> _Window:
-        return self._w
-
-    @classmethod
-    def _from_referent(cls, window: _Window) -> Win:
-        return cls._of(window)
-
-    def __reduce__(self) -> str | tuple:
-        """WIN_NULL travels by name (another null handle, as another of its class); a window is this
-        job's, so it cannot be pickled, as in mpi4py."""
-        if self._w is not None:
-            raise ValueError(f"cannot pickle {self!r}: a window is this job's")
-        return "WIN_NULL" if self is WIN_NULL else (type(self), ())
 
     def __enter__(self) -> Win:
         return self
@@ -158,6 +143,7 @@ class Win(RmaCalls, WinAttributes, Handled):
 
     def Free(self) -> None:
         w = self._live()
+        keyvals.delete_all("win", self, w.attrs)  # (MPI runs the attributes' delete_fn first)
         w.sync.Barrier()  # every rank is past its last epoch: nothing more comes to any target
         w.requests.send(None, w.requests.Get_rank(), STOP)
         w.service.join()
@@ -250,20 +236,28 @@ class Win(RmaCalls, WinAttributes, Handled):
             raise err.Exception(err.ERR_RMA_RANGE, str(answer))
         return answer
 
-    def _flush(self, rank: int, kind: int = FLUSH) -> None:
-        if rank == self._w.me and kind == FLUSH:
-            return  # (this rank's operations on its own window are applied when called)
-        self._w.touched.discard(rank)
-        failed = self._ask(rank, kind, ())
+    def _flush(self, ranks: Any, kind: int = FLUSH) -> None:
+        """FLUSH (or UNLOCK) each of `ranks`: every request goes out before any answer is awaited, so a Fence or a
+        Flush_all after operations on many targets takes one round trip, not one per target."""
+        w = self._w
+        asked = []
+        for rank in ranks:
+            if rank == w.me and kind == FLUSH:
+                continue  # (this rank's operations on its own window are applied when called)
+            w.touched.discard(rank)
+            with w.tag_lock:
+                tag = 1 + next(w.tags) % _REPLY_TAGS
+            w.requests.send((tag,), rank, kind)
+            asked.append((rank, tag))
+        failed = [f"rank {rank}: {answer}" for rank, tag in asked if (answer := w.replies.recv(source=rank, tag=tag))]
         if failed:
-            raise err.Exception(err.ERR_RMA_RANGE, f"rank {rank}: {failed}")
+            raise err.Exception(err.ERR_RMA_RANGE, "; ".join(failed))
 
     # ========================================================= synchronization
     def Fence(self, assertion: int = 0) -> None:
         w = self._live()
         if not assertion & MODE_NOPRECEDE:
-            for rank in sorted(w.touched):
-                self._flush(rank)
+            self._flush(sorted(w.touched))
         w.sync.Barrier()
 
     def Lock(self, rank: int, lock_type: int = LOCK_EXCLUSIVE, assertion: int = 0) -> None:
@@ -275,7 +269,12 @@ class Win(RmaCalls, WinAttributes, Handled):
         w = self._w
         if rank in w.locked:
             raise err.Exception(err.ERR_RMA_SYNC, f"Win.Lock: this rank already holds a lock on rank {rank}")
-        self._ask(rank, LOCK, (lock_type,))
+        if rank == w.me:
+            self._ask(rank, LOCK, (lock_type,))  # (this rank's operations on its own window apply at once: wait)
+        else:
+            # Lazy, as MPI allows and MPICH does: the request goes out and Lock returns; the target holds
+            # this rank's later requests until it grants the lock. Lock, Put, Unlock is then one round trip.
+            w.requests.send((lock_type, NO_ANSWER), rank, LOCK)
         w.locked.add(rank)
 
     def Unlock(self, rank: int) -> None:
@@ -286,24 +285,27 @@ class Win(RmaCalls, WinAttributes, Handled):
         if rank not in w.locked:
             raise err.Exception(err.ERR_RMA_SYNC, f"Win.Unlock: this rank holds no lock on rank {rank}")
         w.locked.discard(rank)
-        self._flush(rank, UNLOCK)
+        self._flush([rank], UNLOCK)
 
     def Lock_all(self, assertion: int = 0) -> None:
         for rank in range(len(self._live().sizes)):
             self.Lock(rank, LOCK_SHARED)
 
     def Unlock_all(self) -> None:
-        for rank in range(len(self._live().sizes)):
-            self.Unlock(rank)
+        w = self._live()
+        ranks = range(len(w.sizes))
+        if not w.locked.issuperset(ranks):
+            raise err.Exception(err.ERR_RMA_SYNC, "Win.Unlock_all: this rank holds no lock on some rank (Lock_all first)")
+        w.locked.clear()
+        self._flush(ranks, UNLOCK)
 
     def Flush(self, rank: int) -> None:
         if rank != PROC_NULL:
             self._target(rank)
-            self._flush(rank)
+            self._flush([rank])
 
     def Flush_all(self) -> None:
-        for rank in sorted(self._live().touched):
-            self._flush(rank)
+        self._flush(sorted(self._live().touched))
 
     def Flush_local(self, rank: int) -> None:
         """Nothing to wait for: an operation's origin buffer is free when its call returns."""
@@ -333,9 +335,8 @@ class Win(RmaCalls, WinAttributes, Handled):
         w = self._live()
         if w.access is None:
             raise err.Exception(err.ERR_RMA_SYNC, "Win.Complete without Win.Start")
+        self._flush([rank for rank in w.access if rank in w.touched])
         for rank in w.access:
-            if rank in w.touched:
-                self._flush(rank)
             w.sync.send(None, rank, COMPLETED)
         w.access = None
 

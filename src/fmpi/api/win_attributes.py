@@ -1,4 +1,5 @@
-"""The descriptive side of ``MPI.Win`` (mixed into it): group, attributes, info, name, error handler.
+"""The descriptive side of ``MPI.Win`` (mixed into it): group, attributes and keyvals, info, name, error handler,
+its integer handle (handles.py) and pickling.
 
 They need ``Win``'s ``_live()`` (the window's state, or ERR_WIN for a null or freed window).
 """
@@ -8,14 +9,32 @@ from __future__ import annotations
 from typing import Any
 
 from . import exceptions as err
+from . import keyvals
 from .errhandler import PREDEFINED, Errhandler
 from .group import Group
+from .handles import Handled
 from .info import Info
 from .packing import get_address
 from .rma_constants import WIN_BASE, WIN_CREATE_FLAVOR, WIN_DISP_UNIT, WIN_MODEL, WIN_SIZE, WIN_UNIFIED
 
 
-class WinAttributes:
+class WinAttributes(Handled):
+    def _referent(self) -> Any:
+        return self._w
+
+    @classmethod
+    def _from_referent(cls, window: Any) -> Any:
+        return cls._of(window)
+
+    def __reduce__(self) -> str | tuple:
+        """WIN_NULL travels by name (another null handle, as another of its class); a window is this
+        job's, so it cannot be pickled, as in mpi4py."""
+        from .win import WIN_NULL
+
+        if self._w is not None:
+            raise ValueError(f"cannot pickle {self!r}: a window is this job's")
+        return "WIN_NULL" if self is WIN_NULL else (type(self), ())
+
     def Get_group(self) -> Group:
         return self._live().sync.Get_group()
 
@@ -34,13 +53,22 @@ class WinAttributes:
         if keyval == WIN_BASE:
             return get_address(w.view) if w.size else 0
         fixed = {WIN_SIZE: w.size, WIN_DISP_UNIT: w.disp_unit, WIN_CREATE_FLAVOR: w.flavor, WIN_MODEL: WIN_UNIFIED}
-        return fixed[keyval] if keyval in fixed else w.attrs.get(keyval)
+        return fixed[keyval] if keyval in fixed else keyvals.get("win", w.attrs, keyval)
 
     def Set_attr(self, keyval: int, attrval: Any) -> None:
-        self._live().attrs[keyval] = attrval
+        keyvals.set_attr("win", self, self._live().attrs, keyval, attrval)
 
     def Delete_attr(self, keyval: int) -> None:
-        self._live().attrs.pop(keyval, None)
+        keyvals.delete("win", self, self._live().attrs, keyval)
+
+    @classmethod
+    def Create_keyval(cls, copy_fn: Any = None, delete_fn: Any = None, nopython: bool = False) -> int:
+        """A keyval for window attributes (windows are never duplicated: `copy_fn` is kept, never called)."""
+        return keyvals.create("win", copy_fn, delete_fn)
+
+    @classmethod
+    def Free_keyval(cls, keyval: int) -> int:
+        return keyvals.free("win", keyval)
 
     @property
     def attrs(self) -> tuple[int, int, int]:

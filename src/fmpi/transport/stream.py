@@ -122,7 +122,7 @@ class Stream:
         (``push_payload``).
         """
         self.lock.acquire()
-        if op.kind is Kind.DATA and self.failed is None and not self.credit.eager(op.nbytes):
+        if self.failed is None and not self.credit.eager(op.nbytes):
             return self._announce(op, tag, context, parts)
         return self._push(op, tag, context, parts, 0)
 
@@ -217,7 +217,8 @@ class Stream:
     def push_control(self, kind: Kind, context: int = 0) -> Carrier | None:
         """Add a sequenced frame without payload (MATCHED, BYE, CTS, CREDIT) and write it if a carrier is
         attached; returns the carrier if it kept part of the frame queued."""
-        return self.push_data(SendOp.control(self.peer, kind), 0, context, [])[0]
+        self.lock.acquire()
+        return self._push(SendOp.control(self.peer, kind), 0, context, _NO_PARTS, 0)[0]
 
     def control(self, kind: Kind) -> list[memoryview]:
         """An unsequenced frame (RESUME, PUNCH) carrying our cumulative ack; the caller writes it."""
