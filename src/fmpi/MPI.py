@@ -61,6 +61,7 @@ from .api.memory import (
     Detach_buffer, Flush_buffer, Free_mem, buffer, memory,
 )
 from .api.message import MESSAGE_NO_PROC, MESSAGE_NULL, Message
+from .api.object_model import _addressof, _handleof, _sizeof  # noqa: F401 - mpi4py's, for code handing objects to C
 from .api.mpi4py_internals import _comm_lock, _comm_lock_table, _commctx_inter, _commctx_intra  # noqa: F401 - for mpi4py.util.pkl5
 from .api.op import (
     BAND, BOR, BXOR, LAND, LOR, LXOR, MAX, MAXLOC, MIN, MINLOC, NO_OP, OP_NULL, PROD, REPLACE, SUM, Op,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, NoReturn
 
+from .handles import Handled
 from .intracomm import Intracomm
 
 
@@ -18,21 +19,33 @@ def _absent(feature: str) -> NoReturn:
     raise NotImplementedError(f"{feature} is not supported by fmpi")
 
 
-class _Absent:
+class _Absent(Handled):
     """A null handle of a feature fmpi lacks (FILE_NULL, SESSION_NULL): false, equal to its kind's nulls."""
 
-    _feature = ""
+    def __init__(self, other: _Absent | None = None) -> None:
+        """``File()``, ``File(FILE_NULL)``: another null handle; anything else is a TypeError, as in mpi4py."""
+        if other is not None and not isinstance(other, self._kind()):
+            raise TypeError(f"expecting an MPI.{self._kind().__name__}, not {type(other).__name__}")
+
+    @classmethod
+    def _kind(cls) -> type:
+        """File or Session (a subclass of one is still one)."""
+        return next(c for c in cls.__mro__ if _Absent in c.__bases__)
 
     def __bool__(self) -> bool:
         return False
 
     def __eq__(self, other: object) -> bool:
-        return type(other) is type(self)
+        return isinstance(other, self._kind())
 
-    __hash__ = object.__hash__
+    __hash__ = None  # type: ignore[assignment] - unhashable, as mpi4py's handles
 
-    def __reduce__(self) -> str:
-        return f"{type(self).__name__.upper()}_NULL"
+    def __reduce__(self) -> str | tuple:
+        name = f"{self._kind().__name__.upper()}_NULL"
+        return name if self is globals()[name] else (type(self), ())
+
+    def free(self) -> None:
+        """Nothing to free: there is only the null handle."""
 
 
 class File(_Absent):

@@ -18,7 +18,7 @@ from ..transport.requests import Op, RecvOp, TransportError
 from ..wire import pickle_oob as serialize
 from . import exceptions as err
 from .buffers import message, message_view, receive_target
-from .comm_handle import CommHandle
+from .comm_handle import CommHandle, fmpi_class
 from .arguments import c_int
 from .constants import ANY_SOURCE, ANY_TAG, IDENT, PROC_NULL, TAG_UB, UNEQUAL
 from .errhandler import ERRORS_ABORT, ERRORS_ARE_FATAL, ERRORS_RETURN, PREDEFINED, Errhandler
@@ -54,6 +54,7 @@ class Comm(ObjectP2P, PersistentP2P, NonblockingSendrecv, CommAttributes, FaultT
     def __init__(self, engine: Engine | Comm | None = None, group: tuple[int, ...] = (), context: int = 0, name: str = "") -> None:
         if isinstance(engine, Comm):
             return  # a handle on an existing communicator: __new__ did it all
+        self._kind = fmpi_class(type(self))  # what a handle of MPI.Comm itself on it works through (_actual)
         self._engine = engine
         self._group = group
         self._peers = group  # the world ranks a point-to-point rank names (an intercommunicator's: its remote group)
@@ -172,7 +173,7 @@ class Comm(ObjectP2P, PersistentP2P, NonblockingSendrecv, CommAttributes, FaultT
     def __bool__(self) -> bool:
         return self._engine is not None
 
-    __hash__ = object.__hash__
+    __hash__ = None  # type: ignore[assignment] - unhashable, as mpi4py's handles
 
     def __repr__(self) -> str:
         if self._engine is None:

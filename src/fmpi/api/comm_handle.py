@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 from . import exceptions as err
 from .constants import UNDEFINED
 from .errhandler import ERRORS_RETURN, Errhandler
+from .handles import Handled
 from .info import Info
 
 
@@ -25,7 +26,55 @@ def predefined(name: str) -> Any:
     return {"COMM_WORLD": runtime.state.world, "COMM_SELF": runtime.state.self_comm, "COMM_NULL": COMM_NULL}[name]
 
 
-class CommHandle:
+class _Referent:
+    """What every handle on one communicator shares for its integer handle (handles.py): the state the
+    handles share (their ``__dict__``) and the communicator's class, which ``Comm.fromhandle`` gives back."""
+
+    __slots__ = ("kind", "state", "__weakref__")
+
+    def __init__(self, kind: type, state: dict) -> None:
+        self.kind, self.state = kind, state
+
+
+def fmpi_class(cls: type) -> type:
+    """The fmpi class a communicator class is or derives from (a program's, or pkl5's, subclass: its base)."""
+    return next(c for c in cls.__mro__ if c.__module__.startswith("fmpi."))
+
+
+class CommHandle(Handled):
+    def _referent(self) -> _Referent:
+        referent = self.__dict__.get("_handle_referent")
+        if referent is None:  # `_kind`: the class the communicator was made as (Comm.__init__)
+            kind = self.__dict__.get("_kind") or fmpi_class(type(self))
+            referent = self.__dict__["_handle_referent"] = _Referent(kind, self.__dict__)
+        return referent
+
+    @classmethod
+    def _from_referent(cls, referent: _Referent) -> Any:
+        comm = referent.kind.__new__(referent.kind)
+        comm.__dict__ = referent.state
+        return comm
+
+    def _of_my_class(self, comm: Any) -> Any:
+        """`comm`, made from this communicator by Dup, as a handle of this handle's class when that is a
+        program's subclass of fmpi's: mpi4py's Dup gives ``type(self)``, and mpi4py.util.pkl5's
+        communicators rely on it (a plain Dup of one sent and probed without pkl5's protocol, and hung)."""
+        kind = type(self)
+        if kind is type(comm) or kind.__module__.startswith("fmpi."):
+            return comm
+        return type(comm).__new__(kind, comm)  # fmpi's __new__: the subclass's own would Clone (test_subclass's MyComm)
+
+    def _actual(self) -> Any:
+        """This communicator through a handle of its own class (an Intracomm, ...): how a handle of a
+        program's subclass of MPI.Comm itself reaches what only intra- and intercommunicators have."""
+        return self._from_referent(self._referent())
+
+    def Dup(self, info: Any = None) -> Any:
+        """mpi4py has Dup on every Comm: a handle of MPI.Comm (or of a subclass of it) duplicates as its kind."""
+        return self._of_my_class(self._actual().Dup(info))
+
+    Clone = Dup
+
     def __reduce__(self) -> tuple:
         for name in ("COMM_WORLD", "COMM_SELF", "COMM_NULL"):
             comm = predefined(name)
@@ -49,7 +98,7 @@ class CommHandle:
             if comm is not None and self.__dict__ is comm.__dict__:
                 self._fail(err.ERR_COMM, f"cannot free the predefined communicator {name}")
         self._delete_attributes()  # type: ignore[attr-defined] - the user's attributes' delete_fn (keyvals)
-        self._stop_worker()
+        self._actual()._stop_worker()
         self._engine, self._group, self._index, self._rank = None, (), {}, -1
 
     def Call_errhandler(self, errorcode: int) -> None:
@@ -65,7 +114,18 @@ class CommHandle:
     def Free(self) -> None:
         self._free_handle()
 
-    free = Free
+    def free(self) -> None:
+        """mpi4py's safe free: a null handle and COMM_WORLD, COMM_SELF are left alone; another handle on
+        one of those becomes null itself (mpi4py nullifies it), the communicator staying."""
+        if self._engine is None:
+            return
+        for name in ("COMM_WORLD", "COMM_SELF"):
+            comm = predefined(name)
+            if comm is not None and self.__dict__ is comm.__dict__:
+                if self is not comm:
+                    self.__dict__ = predefined("COMM_NULL").__dict__
+                return
+        self.Free()
 
     def Set_info(self, info: Info) -> None:
         """Hints are accepted and ignored (fmpi takes none), as MPI allows; Get_info gives them back."""
@@ -75,12 +135,6 @@ class CommHandle:
         return Info.Create(self.__dict__.get("_info", {}))
 
     info = property(Get_info, Set_info)
-
-    def toint(self) -> int:
-        """-1: fmpi's communicators have no C or Fortran handle (mpi4py's tests then skip fromint/f2py)."""
-        return -1
-
-    py2f = toint
 
     def Get_topology(self) -> int:
         self._live()

@@ -23,6 +23,7 @@ import numpy as np
 
 from . import exceptions as err
 from . import typemap
+from .handles import Handled
 from .packing import TypePacking
 from .type_constants import COMBINER_NAMES, COMBINER_NAMED, PREDEFINED_COMBINERS
 from .type_constructors import TypeConstructors
@@ -33,7 +34,7 @@ class TypeRecord:
 
     __slots__ = ("name", "dtype", "size", "lb", "ub", "true_lb", "true_ub", "align", "combiner", "contents",
                  "params", "base", "code", "typestr", "typechar", "handle", "committed", "predefined", "_build", "_pieces",
-                 "_counted")
+                 "_counted", "__weakref__")  # weak: what a Datatype's integer handle names (handles.py)
 
     def __init__(self, name: str, dtype: np.dtype | None, size: int, bounds: tuple[int, int, int, int], align: int,
                  combiner: int = COMBINER_NAMED, build: Callable[[], typemap.Pieces] | None = None) -> None:
@@ -92,8 +93,8 @@ def _named(name: str, dtype: np.dtype | None, code: str | None = None, typechar:
     return record
 
 
-class Datatype(TypeConstructors, TypePacking):
-    __slots__ = ("_t",)
+class Datatype(TypeConstructors, TypePacking, Handled):
+    __slots__ = ("_t", "__weakref__")
 
     def __init__(self, datatype: Datatype | None = None) -> None:
         if datatype is None:
@@ -113,14 +114,20 @@ class Datatype(TypeConstructors, TypePacking):
         return handle
 
     # ------------------------------------------------------------ identity
+    def _referent(self) -> TypeRecord:
+        return self._t
+
+    @classmethod
+    def _from_referent(cls, record: TypeRecord) -> Datatype:
+        return cls(Datatype._of(record))
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Datatype) and other._t is self._t
 
     def __ne__(self, other: object) -> bool:
         return not self == other
 
-    def __hash__(self) -> int:
-        return id(self._t)
+    __hash__ = None  # type: ignore[assignment] - unhashable, as mpi4py's handles
 
     def __bool__(self) -> bool:
         return self._t is not _NULL
@@ -130,8 +137,8 @@ class Datatype(TypeConstructors, TypePacking):
         if record.handle is self:
             key = _KEYS.get(id(record))
             return (_predefined, (key,)) if key else (from_dtype, (record.dtype,))
-        if record.handle is not None or record is _NULL:
-            return Datatype, (Datatype._of(record),)
+        if record.handle is not None or record is _NULL:  # another handle on it, of this handle's class
+            return type(self), (Datatype._of(record),)
         base, combiner, params = self.decode()
         return _rebuild, (base, combiner, params, record.committed)
 

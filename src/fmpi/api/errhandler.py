@@ -10,15 +10,27 @@ from __future__ import annotations
 
 from typing import Any
 
+from .handles import Handled
 
-class Errhandler:
-    __slots__ = ("name",)
 
-    def __init__(self, errhandler: Errhandler | str | None = None) -> None:
+class Errhandler(Handled):
+    __slots__ = ("name", "__weakref__")
+
+    def __init__(self, errhandler: Errhandler | None = None) -> None:
         """``Errhandler()``: a null handle; ``Errhandler(eh)``: another handle on `eh`'s handler."""
-        if isinstance(errhandler, Errhandler):
-            errhandler = errhandler.name
-        self.name = errhandler or "ERRHANDLER_NULL"
+        if errhandler is not None and not isinstance(errhandler, Errhandler):
+            raise TypeError(f"expecting an MPI.Errhandler, not {type(errhandler).__name__}")
+        self.name = errhandler.name if errhandler is not None else "ERRHANDLER_NULL"
+
+    @classmethod
+    def _named(cls, name: str) -> Errhandler:
+        """A predefined handler (the module's constants)."""
+        errhandler = cls()
+        errhandler.name = name
+        return errhandler
+
+    def _referent(self) -> Errhandler:
+        return PREDEFINED[self.name]
 
     def __repr__(self) -> str:
         return f"<fmpi.MPI.Errhandler {self.name}>"
@@ -26,14 +38,14 @@ class Errhandler:
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Errhandler) and other.name == self.name
 
-    __hash__ = object.__hash__
+    __hash__ = None  # type: ignore[assignment] - unhashable, as mpi4py's handles
 
     def __bool__(self) -> bool:
         return self.name != "ERRHANDLER_NULL"
 
     def __reduce__(self) -> Any:
         predefined = PREDEFINED.get(self.name)
-        return self.name if self is predefined else (Errhandler, (predefined,))
+        return self.name if self is predefined else (type(self), (predefined,))
 
     def Free(self) -> None:
         from . import exceptions as err
@@ -49,8 +61,8 @@ class Errhandler:
             self.Free()
 
 
-ERRORS_ARE_FATAL = Errhandler("ERRORS_ARE_FATAL")
-ERRORS_RETURN = Errhandler("ERRORS_RETURN")
-ERRORS_ABORT = Errhandler("ERRORS_ABORT")
-ERRHANDLER_NULL = Errhandler("ERRHANDLER_NULL")
+ERRORS_ARE_FATAL = Errhandler._named("ERRORS_ARE_FATAL")
+ERRORS_RETURN = Errhandler._named("ERRORS_RETURN")
+ERRORS_ABORT = Errhandler._named("ERRORS_ABORT")
+ERRHANDLER_NULL = Errhandler._named("ERRHANDLER_NULL")
 PREDEFINED = {eh.name: eh for eh in (ERRORS_ARE_FATAL, ERRORS_RETURN, ERRORS_ABORT, ERRHANDLER_NULL)}

@@ -157,7 +157,7 @@ class Distgraphcomm(Topocomm):
     _kinds = (DIST_GRAPH,)
     topology = DIST_GRAPH
 
-    def __init__(self, engine, group=(), context: int = 0, sources: list[int] = (), destinations: list[int] = (),
+    def __init__(self, engine=None, group=(), context: int = 0, sources: list[int] = (), destinations: list[int] = (),
                  weights: tuple[list[int], list[int]] | None = None, name: str = "") -> None:
         if isinstance(engine, Comm):
             return  # a handle on an existing communicator (see Comm.__new__)

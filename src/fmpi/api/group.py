@@ -13,16 +13,23 @@ from collections.abc import Sequence
 
 from . import exceptions as err
 from .constants import CONGRUENT, IDENT, SIMILAR, UNDEFINED, UNEQUAL
+from .handles import Handled
 
 
-class Group:
-    __slots__ = ("_index", "_me", "_members", "_null")
+class Group(Handled):
+    # `_same`: the group this handle is another handle on (``Group(group)``), None for an original:
+    # what their integer handle names (handles.py).
+    __slots__ = ("_index", "_me", "_members", "_null", "_same", "__weakref__")
 
     def __init__(self, members: Sequence[int] | Group | None = None, me: int = -1) -> None:
         """A group of `members` (world ranks); ``Group()`` is a null handle (== GROUP_NULL) and
         ``Group(group)`` another handle on `group`, as in mpi4py."""
+        self._same: Group | None = None
         if isinstance(members, Group):
+            self._same = members._same or members
             members, me, self._null = members._members, members._me, members._null
+        elif members is not None and not isinstance(members, (list, tuple, range)):
+            raise TypeError(f"expecting a group, not {type(members).__name__}")
         else:
             self._null = members is None
         self._members = tuple(members or ())
@@ -139,10 +146,13 @@ class Group:
             raise err.Exception(err.ERR_RANK, f"invalid rank {rank} for a group of size {len(self._members)}")
         return self._members[rank]
 
+    def _referent(self) -> Group:
+        return self._same or self
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Group) and other._null == self._null and other._members == self._members
 
-    __hash__ = object.__hash__
+    __hash__ = None  # type: ignore[assignment] - unhashable, as mpi4py's handles
 
     def __bool__(self) -> bool:
         return not self._null
@@ -157,7 +167,7 @@ class Group:
             if self is predefined:
                 return (_predefined, (name,))
             if self == predefined:
-                return (Group, (_predefined(name),))
+                return (type(self), (_predefined(name),))
         raise ValueError(f"cannot pickle {self!r}: only GROUP_NULL and GROUP_EMPTY can be, as in mpi4py")
 
 

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from . import exceptions as err
+from .handles import Handled
 
 MAX_INFO_KEY = 255
 MAX_INFO_VAL = 1024
@@ -25,11 +26,16 @@ _handles = itertools.count(1)
 _MISSING = object()
 
 
-class Info:
-    __slots__ = ("_handle", "_items", "_predefined")
+class Info(Handled):
+    # `_same`: the Info this one is another handle on, None for an original (what their integer handle,
+    # handles.py, names: `_handle` numbers Infos for equality only, and leads back to none).
+    __slots__ = ("_handle", "_items", "_predefined", "_same", "__weakref__")
 
     def __init__(self, info: Info | None = None) -> None:
         """``Info()`` is a null handle; ``Info(other)`` names the same handle as `other` (as mpi4py)."""
+        if info is not None and not isinstance(info, Info):
+            raise TypeError(f"expecting an MPI.Info, not {type(info).__name__}")
+        self._same = (info._same or info) if info else None
         self._handle = 0 if info is None else info._handle
         self._items: dict[str, str] = {} if info is None else info._items
         self._predefined: str | None = None
@@ -51,7 +57,7 @@ class Info:
 
     def Dup(self) -> Info:
         self._live()
-        return Info.Create(self._items)
+        return type(self).Create(self._items)
 
     def Free(self) -> None:
         self._live()
@@ -167,13 +173,18 @@ class Info:
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Info) and other._handle == self._handle
 
-    def __hash__(self) -> int:
-        return hash(self._handle)
+    __hash__ = None  # type: ignore[assignment] - unhashable, as mpi4py's handles
+
+    def _referent(self) -> Info:
+        return self._same or self
 
     def __reduce__(self) -> str | tuple:
         if self._predefined is not None:
             return self._predefined  # the module global of that name: unpickles to the same object
-        return (Info.Create, (self.items(),)) if self else (Info, ())
+        for predefined in (INFO_NULL, INFO_ENV):  # another handle on one: another, of this handle's class
+            if self == predefined:
+                return (type(self), (predefined,))
+        return (type(self).Create, (self.items(),))
 
     def __repr__(self) -> str:
         return f"<fmpi.MPI.Info {self._predefined or self._handle} {self.items()}>"

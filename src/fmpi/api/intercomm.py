@@ -123,7 +123,7 @@ class Intercomm(InterObjectCollectives, InterBufferCollectives, CollectiveCalls,
     def __eq__(self, other: object) -> bool:
         return super().__eq__(other) and (self._engine is None or getattr(other, "_remote", None) == self._remote)
 
-    __hash__ = Comm.__hash__
+    __hash__ = None  # type: ignore[assignment] - unhashable, as mpi4py's handles
 
     # ------------------------------------------- point-to-point: remote ranks
     def _bad_rank(self, rank: int) -> None:
@@ -151,7 +151,7 @@ class Intercomm(InterObjectCollectives, InterBufferCollectives, CollectiveCalls,
 
     def Dup(self, info: Any = None) -> Intercomm:
         self._live()
-        return self._copy_attributes(self._sibling(self._group, self._remote, self._next_context("dup")))
+        return self._of_my_class(self._copy_attributes(self._sibling(self._group, self._remote, self._next_context("dup"))))
 
     Clone = Dup
 
@@ -221,8 +221,6 @@ class Intercomm(InterObjectCollectives, InterBufferCollectives, CollectiveCalls,
     def Free(self) -> None:
         self._free_handle()
         self._remote, self._remote_index = (), {}
-
-    free = Free
 
     def Disconnect(self) -> None:
         """Collective over both groups: returns once both have called it (all their traffic delivered); the

@@ -18,6 +18,7 @@ from ..wire import pickle_oob as serialize
 from . import exceptions as err
 from .buffers import receive_target
 from .constants import ANY_SOURCE, ANY_TAG, PROC_NULL
+from .handles import Handled
 from .request import Request
 from .status import Status
 
@@ -25,19 +26,28 @@ if TYPE_CHECKING:
     from .comm import Comm
 
 
-class Message:
+class Message(Handled):
     """A message taken by a matched probe, waiting to be received."""
 
-    __slots__ = ("_handle", "_name", "_payload", "_source", "_tag")
+    # `_handle`: the message this is a handle on (itself for an original): what equality and the
+    # integer handle (handles.py) go by.
+    __slots__ = ("_handle", "_name", "_payload", "_source", "_tag", "__weakref__")
 
-    def __init__(self, payload: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG, name: str = "") -> None:
-        self._handle: object = self
-        if isinstance(payload, Message):  # MPI.Message(msg): a handle on the same message
-            payload, source, tag, self._handle = payload._payload, payload._source, payload._tag, payload._handle
-        self._payload = payload
-        self._source = source
-        self._tag = tag
-        self._name = name
+    def __init__(self, message: Message | None = None) -> None:
+        """``Message()``: a null handle (== MESSAGE_NULL); ``Message(msg)``: another handle on `msg`."""
+        if message is not None and not isinstance(message, Message):
+            raise TypeError(f"expecting an MPI.Message, not {type(message).__name__}")
+        source = message if message is not None else MESSAGE_NULL
+        self._payload, self._source, self._tag = source._payload, source._source, source._tag
+        self._handle: object = source._handle if message is not None else self
+        self._name = ""
+
+    @classmethod
+    def _of(cls, payload: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG, name: str = "") -> Message:
+        """A message a probe took (`payload`: its bytes), or a predefined one (`name`)."""
+        message = cls.__new__(cls)
+        message._handle, message._payload, message._source, message._tag, message._name = message, payload, source, tag, name
+        return message
 
     def __bool__(self) -> bool:
         return self._payload is not None
@@ -50,18 +60,26 @@ class Message:
             return True
         return bool(self) and bool(other) and self._source == other._source == PROC_NULL  # both MESSAGE_NO_PROC
 
-    __hash__ = object.__hash__
+    __hash__ = None  # type: ignore[assignment] - unhashable, as mpi4py's handles
+
+    def _referent(self) -> object:
+        return self._handle
 
     def free(self) -> None:
-        """Drop the message unreceived (mpi4py's ``Message.free``): the handle becomes MESSAGE_NULL."""
-        if self._name:
-            raise err.Exception(err.ERR_REQUEST, f"cannot free the predefined {self._name}")
-        self._payload = None
+        """Drop the message unreceived (mpi4py's ``Message.free``): the handle becomes MESSAGE_NULL; the
+        predefined MESSAGE_NULL and MESSAGE_NO_PROC stay themselves, as in mpi4py."""
+        if not self._name:
+            self._payload = None
 
-    def __reduce__(self) -> str:
+    def __reduce__(self) -> str | tuple:
+        """The predefined messages travel by name (another handle on one, as another handle, of its
+        class); a matched message is this process's, so it cannot be pickled, as in mpi4py."""
         if self._name:
             return self._name
-        raise TypeError("cannot pickle a matched message")
+        for predefined in (MESSAGE_NULL, MESSAGE_NO_PROC):
+            if self == predefined:
+                return (type(self), (predefined,))
+        raise ValueError("cannot pickle a matched message")
 
     def __repr__(self) -> str:
         return f"<fmpi.MPI.Message {self._name or f'from {self._source} tag {self._tag}'}>"
@@ -114,8 +132,8 @@ class Message:
     iprobe = Iprobe
 
 
-MESSAGE_NULL = Message(name="MESSAGE_NULL")
-MESSAGE_NO_PROC = Message(b"", PROC_NULL, ANY_TAG, "MESSAGE_NO_PROC")
+MESSAGE_NULL = Message._of(None, name="MESSAGE_NULL")
+MESSAGE_NO_PROC = Message._of(b"", PROC_NULL, ANY_TAG, "MESSAGE_NO_PROC")
 
 
 def mprobe(comm: Comm, source: int, tag: int, status: Status | None, blocking: bool) -> Message | None:
@@ -124,7 +142,7 @@ def mprobe(comm: Comm, source: int, tag: int, status: Status | None, blocking: b
     if source == PROC_NULL:
         if status is not None:
             status._set(PROC_NULL, ANY_TAG, 0)
-        return Message(b"", PROC_NULL, ANY_TAG)  # (a handle of its own: receiving it makes it MESSAGE_NULL)
+        return Message._of(b"", PROC_NULL, ANY_TAG)  # (a handle of its own: receiving it makes it MESSAGE_NULL)
     world, tag = comm._recv_envelope(source, tag)
     engine = comm._engine
     try:
@@ -142,4 +160,4 @@ def mprobe(comm: Comm, source: int, tag: int, status: Status | None, blocking: b
     source = comm._comm_rank(op.status_source)
     if status is not None:
         status._set(source, op.status_tag, len(payload))
-    return Message(payload, source, op.status_tag)
+    return Message._of(payload, source, op.status_tag)

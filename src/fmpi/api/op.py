@@ -21,31 +21,48 @@ from typing import Any
 import numpy as np
 
 from . import exceptions as err
+from .handles import Handled
 
 # (lower, higher, out). A predefined op's is its numpy ufunc itself: a binary ufunc's third
 # positional argument is `out`, so it is called with no Python wrapper in between.
 ArrayFn = Callable[[np.ndarray, np.ndarray, np.ndarray], Any]
 
 
-class Op:
-    __slots__ = ("_array_fn", "_checked", "_kinds", "_object_fn", "_user", "commute", "name")
+class Op(Handled):
+    # `_same`: the operation this handle is another handle on (``Op(op)``), None for an original: handles
+    # on one operation compare equal and share its integer handle (handles.py).
+    __slots__ = ("_array_fn", "_checked", "_kinds", "_object_fn", "_user", "commute", "name", "_same", "__weakref__")
 
-    def __init__(
-        self,
+    def __init__(self, op: Op | None = None) -> None:
+        """``Op()``: a null handle (== OP_NULL); ``Op(op)``: another handle on `op`, as in mpi4py."""
+        if op is not None and not isinstance(op, Op):
+            raise TypeError(f"expecting an MPI.Op, not {type(op).__name__}")
+        source = op if op is not None else OP_NULL
+        for slot in ("_array_fn", "_checked", "_kinds", "_object_fn", "_user", "commute", "name"):
+            setattr(self, slot, getattr(source, slot))
+        self._same = (op._same or op) if op else None
+
+    @classmethod
+    def _make(
+        cls,
         name: str,
         array_fn: ArrayFn | None,
         object_fn: Callable[[Any, Any], Any],
         commute: bool = True,
         user: Callable | None = None,
         kinds: str | None = None,
-    ) -> None:
-        self.name = name
-        self._array_fn = array_fn
-        self._object_fn = object_fn
-        self.commute = commute
-        self._user = user
-        self._kinds = kinds  # numpy dtype kinds the op is defined for (None: any)
-        self._checked: set[np.dtype] = set()
+    ) -> Op:
+        """A new operation (the predefined ones, ``Create``'s)."""
+        op = cls.__new__(cls)
+        op.name = name
+        op._array_fn = array_fn
+        op._object_fn = object_fn
+        op.commute = commute
+        op._user = user
+        op._kinds = kinds  # numpy dtype kinds the op is defined for (None: any)
+        op._checked: set[np.dtype] = set()
+        op._same = None
+        return op
 
     @classmethod
     def Create(cls, function: Callable, commute: bool = False) -> Op:
@@ -56,7 +73,7 @@ class Op:
         def on_objects(a: Any, b: Any) -> Any:
             return function(a, b, None)
 
-        return cls(getattr(function, "__name__", "user"), None, on_objects, bool(commute), function)
+        return cls._make(getattr(function, "__name__", "user"), None, on_objects, bool(commute), function)
 
     def Is_commutative(self) -> bool:
         if not self:
@@ -78,9 +95,12 @@ class Op:
         self.name, self._array_fn, self._object_fn, self._user = "OP_NULL", None, _obj_null, None
 
     def free(self) -> None:
-        """Free unless null or predefined (mpi4py's lowercase form)."""
+        """Free unless null or predefined (mpi4py's lowercase form); another handle on a predefined
+        operation (``Op(MPI.SUM)``) becomes null itself, as mpi4py's."""
         if self and self._user is not None:
             self.Free()
+        elif self and self._same is not None:
+            self.__init__()
 
     def __bool__(self) -> bool:
         return self._object_fn is not _obj_null
@@ -89,9 +109,22 @@ class Op:
         """The same operation, or both null (OP_NULL, or a freed user operation), as mpi4py's handles."""
         if not isinstance(other, Op):
             return NotImplemented
-        return other is self or (not self and not other)
+        if other is self or (not self and not other):
+            return True
+        return bool(self) and bool(other) and (self._same or self) is (other._same or other)
 
-    __hash__ = object.__hash__
+    __hash__ = None  # type: ignore[assignment] - unhashable, as mpi4py's handles
+
+    def _referent(self) -> Op:
+        return self._same or self
+
+    def __reduce__(self) -> str | tuple:
+        """The predefined operations travel by name (another handle on one, as another handle, of its
+        class); a user operation as its function (pickled by reference) and commutativity, as in mpi4py."""
+        if self._user is not None:
+            return (type(self).Create, (self._user, self.commute))
+        original = self._same or self if self else OP_NULL
+        return original.name if self is original else (type(self), (original,))
 
     def __call__(self, x: Any, y: Any) -> Any:
         """x op y (x from the lower rank), for Python objects — as mpi4py's Op.__call__."""
@@ -220,21 +253,21 @@ _NUMBERS = "iufc"
 _REAL = "iuf"
 _INTEGERS = "biu"
 
-OP_NULL = Op("OP_NULL", None, _obj_null)
-SUM = Op("SUM", np.add, lambda x, y: x + y, kinds=_NUMBERS)
-PROD = Op("PROD", np.multiply, lambda x, y: x * y, kinds=_NUMBERS)
-MAX = Op("MAX", np.maximum, _obj_max, kinds=_REAL)
-MIN = Op("MIN", np.minimum, _obj_min, kinds=_REAL)
-LAND = Op("LAND", np.logical_and, lambda x, y: bool(x) & bool(y), kinds=_INTEGERS)
-LOR = Op("LOR", np.logical_or, lambda x, y: bool(x) | bool(y), kinds=_INTEGERS)
-LXOR = Op("LXOR", np.logical_xor, lambda x, y: bool(x) ^ bool(y), kinds=_INTEGERS)
-BAND = Op("BAND", np.bitwise_and, lambda x, y: x & y, kinds=_INTEGERS)
-BOR = Op("BOR", np.bitwise_or, lambda x, y: x | y, kinds=_INTEGERS)
-BXOR = Op("BXOR", np.bitwise_xor, lambda x, y: x ^ y, kinds=_INTEGERS)
-MAXLOC = Op("MAXLOC", _loc(np.greater), _obj_maxloc, kinds="loc")
-MINLOC = Op("MINLOC", _loc(np.less), _obj_minloc, kinds="loc")
-REPLACE = Op("REPLACE", _replace, lambda x, y: y, commute=False)
-NO_OP = Op("NO_OP", _keep, lambda x, y: x, commute=False)
+OP_NULL = Op._make("OP_NULL", None, _obj_null)
+SUM = Op._make("SUM", np.add, lambda x, y: x + y, kinds=_NUMBERS)
+PROD = Op._make("PROD", np.multiply, lambda x, y: x * y, kinds=_NUMBERS)
+MAX = Op._make("MAX", np.maximum, _obj_max, kinds=_REAL)
+MIN = Op._make("MIN", np.minimum, _obj_min, kinds=_REAL)
+LAND = Op._make("LAND", np.logical_and, lambda x, y: bool(x) & bool(y), kinds=_INTEGERS)
+LOR = Op._make("LOR", np.logical_or, lambda x, y: bool(x) | bool(y), kinds=_INTEGERS)
+LXOR = Op._make("LXOR", np.logical_xor, lambda x, y: bool(x) ^ bool(y), kinds=_INTEGERS)
+BAND = Op._make("BAND", np.bitwise_and, lambda x, y: x & y, kinds=_INTEGERS)
+BOR = Op._make("BOR", np.bitwise_or, lambda x, y: x | y, kinds=_INTEGERS)
+BXOR = Op._make("BXOR", np.bitwise_xor, lambda x, y: x ^ y, kinds=_INTEGERS)
+MAXLOC = Op._make("MAXLOC", _loc(np.greater), _obj_maxloc, kinds="loc")
+MINLOC = Op._make("MINLOC", _loc(np.less), _obj_minloc, kinds="loc")
+REPLACE = Op._make("REPLACE", _replace, lambda x, y: y, commute=False)
+NO_OP = Op._make("NO_OP", _keep, lambda x, y: x, commute=False)
 
 
 def as_object_fn(op: Any) -> Callable[[Any, Any], Any]:

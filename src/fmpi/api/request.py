@@ -34,6 +34,10 @@ class Request:
     # one request compare equal, as handles of one MPI_Request do.
     __slots__ = ("_engine", "_op", "_finish", "_result", "_settled", "_same", "__weakref__")
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> "Request":
+        """Taking the constructor's arguments, as mpi4py's ``__new__`` does (see ``handles.Handled``)."""
+        return super().__new__(cls)
+
     def __init__(self, engine: "Engine | Request | None" = None, op: Op | None = None, finish: Finish = _no_result) -> None:
         self._same: Request | None = None
         if op is None and engine is not None:  # MPI.Request(req): another handle on the same request
@@ -74,7 +78,8 @@ class Request:
             raise_mpi(error)
         if self._result is None:
             self._result = self._finish(self._op) if self._op is not None else (None, ANY_SOURCE, ANY_TAG, 0)
-        value, source, tag, nbytes = self._result
+        # A request completed before is REQUEST_NULL now: waiting again gives None and an empty status, as in mpi4py.
+        value, source, tag, nbytes = (None, ANY_SOURCE, ANY_TAG, 0) if self._settled else self._result
         if status is not None:
             cancelled = bool(self._op is not None and self._op.cancelled)
             status._set(source, tag, nbytes, 0, cancelled)
@@ -83,8 +88,10 @@ class Request:
         return value
 
     # ------------------------------------------------------------ user calls
+    # Wait and Test call Request's wait and test, not a subclass's (mpi4py's test_subclass overrides
+    # them to call Wait and Test without a status).
     def Wait(self, status: Status | None = None) -> bool:
-        self.wait(status)
+        Request.wait(self, status)
         return True
 
     def wait(self, status: Status | None = None) -> Any:
@@ -92,7 +99,7 @@ class Request:
         return self._settle(status)
 
     def Test(self, status: Status | None = None) -> bool:
-        return self.test(status)[0]
+        return Request.test(self, status)[0]
 
     def test(self, status: Status | None = None) -> tuple[bool, Any]:
         if not self._done():
@@ -157,7 +164,14 @@ class Request:
             return True
         return bool(self) and bool(other) and (self._same or self) is (other._same or other)
 
-    __hash__ = object.__hash__
+    __hash__ = None  # type: ignore[assignment] - unhashable, as mpi4py's handles
+
+    def __reduce__(self) -> str | tuple:
+        """REQUEST_NULL travels by name (another null handle, as another of its class); a live request is
+        this process's, so it cannot be pickled, as in mpi4py."""
+        if self:
+            raise ValueError(f"cannot pickle a live {type(self).__name__}")
+        return "REQUEST_NULL" if self is REQUEST_NULL else (type(self), ())
 
     # ------------------------------------------------------- handles (mpi4py's C and Fortran conversions)
     @property

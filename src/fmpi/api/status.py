@@ -8,6 +8,9 @@ from .constants import ANY_SOURCE, ANY_TAG
 from .datatypes import DATATYPES, Datatype
 
 
+_EMPTY = (0, 0, ANY_SOURCE, ANY_TAG, 0)  # an empty status's five C ints (see Status)
+
+
 class Status:
     """Its fields live in five C ints laid out as MPICH's ``MPI_Status`` (count low word, count high
     bits and the cancelled flag, source, tag, error), so ``tomemory()`` can hand them out writable."""
@@ -18,7 +21,7 @@ class Status:
         """An empty status, or (``Status(status)``) a copy of `status`, as in mpi4py."""
         if status is not None and not isinstance(status, Status):
             raise TypeError(f"expecting a Status, not {type(status).__name__}")
-        self._fields = array("i", [0, 0, ANY_SOURCE, ANY_TAG, 0] if status is None else status._fields)
+        self._fields = array("i", _EMPTY if status is None else status._fields)
 
     def _set(self, source: int, tag: int, nbytes: int, error: int = 0, cancelled: bool = False) -> None:
         self.source, self.tag, self.error = source, tag, error
@@ -53,6 +56,15 @@ class Status:
 
     def __reduce__(self) -> tuple:
         return _rebuild, (type(self), list(self._fields))
+
+    def py2f(self) -> list[int]:
+        """The Fortran status (MPI.F_STATUS_SIZE integers, source at MPI.F_SOURCE...): MPICH's are its C ints."""
+        return list(self._fields)
+
+    @classmethod
+    def f2py(cls, arg: list[int]) -> Status:
+        """The status a Fortran status (``py2f``) describes."""
+        return _rebuild(cls, [int(arg[i]) for i in range(len(_EMPTY))])
 
     def Get_source(self) -> int:
         return self.source

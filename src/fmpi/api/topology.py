@@ -71,7 +71,7 @@ class Topocomm(NeighborCollectives, Intracomm):
     _kinds: tuple[int, ...] = (CART, GRAPH, DIST_GRAPH)
 
     def __new__(cls, comm: Comm | None = None, *args: Any, **kwargs: Any):
-        if isinstance(comm, Comm) and comm.Get_topology() not in cls._kinds:
+        if isinstance(comm, Comm) and comm and comm.Get_topology() not in cls._kinds:  # a null one is any kind
             raise TypeError(f"{type(comm).__name__} is not a {cls.__name__}")
         return super().__new__(cls, comm, *args, **kwargs)
 
@@ -148,7 +148,7 @@ class Cartcomm(Topocomm):
 
     _kinds = (CART,)
 
-    def __init__(self, engine, group=(), context: int = 0, dims: list[int] = (), periods: list[bool] = (), name: str = "") -> None:
+    def __init__(self, engine=None, group=(), context: int = 0, dims: list[int] = (), periods: list[bool] = (), name: str = "") -> None:
         if isinstance(engine, Comm):
             return  # a handle on an existing communicator (see Comm.__new__)
         super().__init__(engine, group, context, name)

@@ -10,9 +10,10 @@ sent before it, so ``Flush``, ``Unlock``, ``Fence`` and ``Complete`` end by flus
 touched since its last synchronization. Locks are granted by the target's service thread, so a passive
 target needs no help from its program.
 
-Flavors: ``Create`` (the caller's memory), ``Allocate`` (an ``MPI.buffer``), ``Allocate_shared`` (one file
-mapped by every rank of a communicator on one host: ``Shared_query`` returns a peer's segment, and loads and
-stores reach it directly) and ``Create_dynamic`` (``Attach``/``Detach``; displacements are addresses).
+Flavors: ``Create`` (the caller's memory), ``Allocate`` (the ``Win`` itself is a bytearray holding it: see
+``win_allocated``), ``Allocate_shared`` (one file mapped by every rank of a communicator on one host:
+``Shared_query`` returns a peer's segment, and loads and stores reach it directly) and ``Create_dynamic``
+(``Attach``/``Detach``; displacements are addresses).
 The memory model is ``WIN_UNIFIED``: the service thread writes into the very memory the program reads.
 """
 
@@ -34,7 +35,7 @@ from .memory import buffer
 from .packing import get_address
 from .rma_calls import RmaCalls
 from .rma_constants import (
-    LOCK_EXCLUSIVE, LOCK_SHARED, MODE_NOPRECEDE, WIN_FLAVOR_ALLOCATE, WIN_FLAVOR_CREATE, WIN_FLAVOR_DYNAMIC,
+    LOCK_EXCLUSIVE, LOCK_SHARED, MODE_NOPRECEDE, WIN_FLAVOR_CREATE, WIN_FLAVOR_DYNAMIC,
     WIN_FLAVOR_SHARED,
 )
 from .rma_target import FLUSH, LOCK, NO_ANSWER, STOP, UNLOCK, RmaError, TargetService
@@ -51,7 +52,7 @@ class _Window:
     def __init__(self, comm: Any, memory: Any, size: int, disp_unit: int, flavor: int) -> None:
         self.sync, self.requests, self.replies = comm.Dup(), comm.Dup(), comm.Dup()
         self.view = byte_view(memory, True)[0] if size else memoryview(bytearray())
-        # what tomemory() returns: the MPI.buffer of Allocate, else a view of the caller's memory
+        # what tomemory() returns: the MPI.buffer of a Win subclass's Allocate, else a view of the memory
         self.memory = memory if isinstance(memory, buffer) else window_memory(self.view)
         self.size, self.disp_unit, self.flavor = size, disp_unit, flavor
         self.sizes: list[tuple[int, int]] = self.sync.allgather((size, disp_unit))
@@ -89,8 +90,7 @@ class Win(RmaCalls, WinAttributes):
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Win) and self._w is other._w
 
-    def __hash__(self) -> int:
-        return id(self._w)
+    __hash__ = None  # type: ignore[assignment] - unhashable, as mpi4py's handles
 
     def __bool__(self) -> bool:
         return self._w is not None
@@ -113,8 +113,9 @@ class Win(RmaCalls, WinAttributes):
 
     @classmethod
     def Allocate(cls, size: int, disp_unit: int = 1, info: Any = None, comm: Any = None) -> Win:
-        memory = buffer.allocate(_size(size))
-        return cls._of(_Window(_comm(comm), memory, len(memory), _unit(disp_unit), WIN_FLAVOR_ALLOCATE))
+        from .win_allocated import allocate  # (it subclasses Win)
+
+        return allocate(cls, _comm(comm), _size(size), _unit(disp_unit))
 
     @classmethod
     def Allocate_shared(cls, size: int, disp_unit: int = 1, info: Any = None, comm: Any = None) -> Win:
@@ -158,7 +159,7 @@ class Win(RmaCalls, WinAttributes):
     def __buffer__(self, flags: int) -> memoryview:
         """``memoryview(win)``: this rank's window memory, as mpi4py's ``Win`` exposes it (``mpi4py.util.sync``
         reads its counters so). Python 3.12+ (PEP 688) calls this; on 3.11 a class written in Python cannot
-        export a buffer, and ``win.tomemory()`` is the way."""
+        export a buffer, and only Allocate's windows, which are their own memory (win_allocated), have one."""
         return memoryview(self._live().view)
 
     def Attach(self, memory: Any) -> None:

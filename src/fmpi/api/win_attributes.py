@@ -1,4 +1,5 @@
-"""The descriptive side of ``MPI.Win`` (mixed into it): group, attributes and keyvals, info, name, error handler.
+"""The descriptive side of ``MPI.Win`` (mixed into it): group, attributes and keyvals, info, name, error handler,
+its integer handle (handles.py) and pickling.
 
 They need ``Win``'s ``_live()`` (the window's state, or ERR_WIN for a null or freed window).
 """
@@ -11,12 +12,29 @@ from . import exceptions as err
 from . import keyvals
 from .errhandler import PREDEFINED, Errhandler
 from .group import Group
+from .handles import Handled
 from .info import Info
 from .packing import get_address
 from .rma_constants import WIN_BASE, WIN_CREATE_FLAVOR, WIN_DISP_UNIT, WIN_MODEL, WIN_SIZE, WIN_UNIFIED
 
 
-class WinAttributes:
+class WinAttributes(Handled):
+    def _referent(self) -> Any:
+        return self._w
+
+    @classmethod
+    def _from_referent(cls, window: Any) -> Any:
+        return cls._of(window)
+
+    def __reduce__(self) -> str | tuple:
+        """WIN_NULL travels by name (another null handle, as another of its class); a window is this
+        job's, so it cannot be pickled, as in mpi4py."""
+        from .win import WIN_NULL
+
+        if self._w is not None:
+            raise ValueError(f"cannot pickle {self!r}: a window is this job's")
+        return "WIN_NULL" if self is WIN_NULL else (type(self), ())
+
     def Get_group(self) -> Group:
         return self._live().sync.Get_group()
 
