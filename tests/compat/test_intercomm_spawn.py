@@ -15,6 +15,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 INTERCOMM = HERE.parent / "collectives" / "programs" / "diff_intercomm.py"
 SPAWN = HERE / "programs" / "spawn_workers.py"
+SPAWN_ARGUMENTS = HERE / "programs" / "spawn_arguments.py"
 
 
 def _lines(directory: Path) -> list[str]:
@@ -45,6 +46,33 @@ def test_spawn_get_parent_merge_disconnect_as_mpich(fmpi, mpich, tmp_path):
     # 2 parents (8 lines each), 3 + 2 children (4 each)
     assert {line.split()[0] for line in ours} == {"parent", "child-single", "child-a", "child-b"}
     assert len(ours) == 2 * 8 + 3 * 4 + 2 * 4
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_spawn_reads_the_roots_arguments_alone_as_mpich(fmpi, mpich, tmp_path, n):
+    ours, ref = _both(fmpi, mpich, tmp_path, n, SPAWN_ARGUMENTS)
+    assert ours == ref
+    assert f"errcodes multiple {n - 1} 3 [[0, 0], [0]]" in ours and ours.count("refused ValueError") == 3
+
+
+def test_arguments_the_root_refuses_end_the_spawn_on_every_rank(fmpi, program):
+    script = program(
+        """
+        import sys
+        from mpi4py import MPI
+        world = MPI.COMM_WORLD
+        try:  # a list of maxprocs one short: mpi4py's ValueError at the root; under MPICH the others would wait
+            world.Spawn_multiple([sys.executable] * 2, None, [1] if world.rank == 0 else -1)
+        except ValueError as exc:
+            print("root", world.rank, exc, flush=True)
+        except MPI.Exception as exc:
+            print("other", world.rank, exc.Get_error_class() == MPI.ERR_SPAWN, flush=True)
+        world.Barrier()
+        """
+    )
+    run = fmpi(3, script, timeout=60)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.sorted_lines() == ["other 1 True", "other 2 True", "root 0 expecting 2 items, got 1"]
 
 
 def test_spawn_of_a_missing_program_is_one_mpi_error_on_every_parent(fmpi, program):

@@ -181,13 +181,14 @@ class Intracomm(ObjectCollectives, BufferCollectives, CollectiveCalls, Comm):
         """Start `maxprocs` processes running `command` `args` (collective; see ``spawn``): the Intercomm to them."""
         from .spawn import spawn_multiple
 
-        return spawn_multiple(self, [command], [args], [maxprocs], root, errcodes)
+        argv = args if args is None or isinstance(args, (str, bytes)) else [args]  # (one command's, as a list of one)
+        return spawn_multiple(self, [command], argv, maxprocs, info, root, errcodes, single=True)
 
     def Spawn_multiple(self, command: Any, args: Any = None, maxprocs: Any = None, info: Any = None, root: int = 0,
                        errcodes: list | None = None) -> Any:
-        from .spawn import spawn_arguments, spawn_multiple
+        from .spawn import spawn_multiple
 
-        return spawn_multiple(self, *spawn_arguments(command, args, maxprocs, info), root, errcodes)
+        return spawn_multiple(self, command, args, maxprocs, info, root, errcodes)
 
     @classmethod
     def Create_from_group(cls, group: Group, stringtag: str = "org.mpi4py", info: Any = None,

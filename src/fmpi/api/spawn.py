@@ -10,6 +10,7 @@ P..P+C-1; the intercommunicator has the same context id on both sides,
 
 from __future__ import annotations
 
+import operator
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -48,62 +49,91 @@ def get_parent() -> Intercomm:
     return runtime.state.parent if runtime.state.parent is not None else Intercomm()
 
 
-def spawn_arguments(command: Any, args: Any, maxprocs: Any, info: Any) -> tuple[list, list, list]:
-    """Spawn_multiple's arguments as lists of one entry per command, checked as mpi4py does (ValueError)."""
-    if isinstance(command, str) or not isinstance(command, Sequence):
-        raise ValueError("Spawn_multiple: command must be a sequence of strings")
-    count = len(command)
+def _root_arguments(command: Any, args: Any, maxprocs: Any, info: Any) -> tuple[list, list, list[int]]:
+    """Spawn_multiple's arguments at the root as lists of one entry per command, read as mpi4py reads them:
+    one string of arguments, one maxprocs or one Info stands for every command; a list must have one entry per
+    command (ValueError). The other ranks' arguments are not significant (MPI), and not read."""
+    if isinstance(command, (str, bytes, os.PathLike)) or not isinstance(command, Sequence):
+        raise ValueError("expecting a sequence of path-like")
+    commands = [os.fsdecode(c) for c in command]
+    count = len(commands)
 
-    def per_command(value: Any, what: str, single: type) -> list:
-        if isinstance(value, single) or value is None:
+    def per_command(value: Any, single: bool) -> list:
+        if single:
             return [value] * count
-        if isinstance(value, str) or len(value) != count:
-            raise ValueError(f"Spawn_multiple: expecting {count} {what}")
+        if len(value) != count:
+            raise ValueError(f"expecting {count} items, got {len(value)}")
         return list(value)
 
-    args = [None] * count if args is None else args
-    if isinstance(args, str) or len(args) != count or any(isinstance(a, str) for a in args):
-        raise ValueError(f"Spawn_multiple: expecting {count} argument lists")
-    per_command(info, "info objects", Info)
-    return list(command), list(args), per_command(1 if maxprocs is None else maxprocs, "maxprocs", int)
+    argvs = [] if args is None else per_command(args, isinstance(args, (str, bytes)))
+    argvs = [_argv(a) for a in argvs] or [[] for _ in commands]
+    per_command(info, info is None or isinstance(info, Info))
+    maxprocs = 1 if maxprocs is None else maxprocs
+    counts = [operator.index(n) for n in per_command(maxprocs, _integral(maxprocs))]
+    return commands, argvs, counts
 
 
-def spawn_multiple(
-    comm: Intracomm, commands: Sequence[str], args: Sequence[Sequence[str] | None], maxprocs: Sequence[int], root: int,
-    errcodes: list | None,
-) -> Intercomm:
-    """Collective over `comm`: its root starts maxprocs[i] processes of commands[i] + args[i], for each i."""
+def _argv(arguments: Any) -> list[str]:
+    """One command's arguments: None is none, one string is one argument (as mpi4py's asarray_argv)."""
+    if arguments is None:
+        return []
+    return [os.fsdecode(arguments)] if isinstance(arguments, (str, bytes)) else [os.fsdecode(a) for a in arguments]
+
+
+def _integral(value: Any) -> bool:
+    try:
+        operator.index(value)
+    except TypeError:
+        return False
+    return True
+
+
+def spawn_multiple(comm: Intracomm, command: Any, args: Any, maxprocs: Any, info: Any, root: int,
+                   errcodes: list | None, single: bool = False) -> Intercomm:
+    """Collective over `comm`: its root starts maxprocs[i] processes of command[i] + args[i], for each i.
+
+    Arguments the root refuses raise ValueError there and end the call on the other ranks with ERR_SPAWN
+    (under MPICH they would wait in the spawn for good). `single`: Spawn's errcodes, one flat list.
+    """
     root = comm._root(root)
     outcome: Any = None
     if comm.rank == root:
-        outcome = _start(comm.size, commands, args, maxprocs)
+        try:
+            commands, argvs, counts = _root_arguments(command, args, maxprocs, info)
+        except ValueError as exc:
+            comm.bcast(f"Spawn: the root's arguments were refused: {exc}", root)
+            raise
+        outcome = _start(comm.size, commands, argvs, counts), counts
     outcome = comm.bcast(outcome, root)
     if isinstance(outcome, str):
         comm._fail(err.ERR_SPAWN, outcome)
+    spawned, counts = outcome
+    if isinstance(spawned, str):
+        comm._fail(err.ERR_SPAWN, spawned)
     try:
-        session = spawning.join_as_parent(outcome, comm.rank)
+        session = spawning.join_as_parent(spawned, comm.rank)
     except (RelayError, SpecError, OSError) as exc:
         comm._fail(err.ERR_SPAWN, f"Spawn: the spawned processes did not join: {exc}")
     runtime.state.spawned.append(session)
-    if errcodes is not None:
-        errcodes[:] = [0] * outcome.children
-    parents = outcome.parents
+    if errcodes is not None:  # (every process started: MPI.SUCCESS for each, per command as mpi4py lists them)
+        errcodes[:] = [0] * counts[0] if single else [[0] * n for n in counts]
+    parents = spawned.parents
     inter = Intercomm(session.engine, tuple(range(parents)), PARENT_CONTEXT, "", tuple(range(parents, session.size)))
     inter._errhandler = comm._errhandler
     inter._session = session  # (left at Disconnect)
     return inter
 
 
-def _start(parents: int, commands: Sequence[str], args: Sequence[Sequence[str] | None], maxprocs: Sequence[int]) -> Any:
+def _start(parents: int, commands: list[str], args: list[list[str]], maxprocs: list[int]) -> Any:
     """At the root: the spawned job (or why there is none, as the text every parent raises)."""
     session = runtime.state.session
     if session is None:
         return "Spawn: this process is not an fmpi rank (run it under fmpirun): there is no relay to meet the new processes at"
     if os.environ.get("AWS_LAMBDA_FUNCTION_NAME"):
         return "Spawn: not supported on the Lambda backend yet (new ranks would be new invocations); see docs/compatibility.md"
-    if not len(commands) == len(args) == len(maxprocs) or any(n < 1 for n in maxprocs):
-        return f"Spawn: {len(commands)} commands, {len(args)} argument lists and maxprocs {list(maxprocs)} do not match"
-    lines = [[command, *(argv or [])] for command, argv, n in zip(commands, args, maxprocs) for _ in range(n)]
+    if any(n < 1 for n in maxprocs):
+        return f"Spawn: maxprocs {maxprocs}: every command needs at least one process"
+    lines = [[command, *argv] for command, argv, n in zip(commands, args, maxprocs) for _ in range(n)]
     try:
         spawned, children = spawning.start(session.spec.relay, parents, lines)
     except (RelayError, OSError) as exc:
