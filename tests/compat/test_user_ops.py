@@ -2,7 +2,8 @@
 ``MPI.buffer`` objects, whose slices take any object of as many bytes (``b[:] = array("i", ...)``, which a
 memoryview of bytes refuses), in Allreduce, Reduce, Scan and Reduce_local; at most 32 live user operations
 (RuntimeError for the 33rd, a freed one's slot taken again); a handle made from the integer handle reduces
-but is neither called on objects nor pickled. Compared with MPICH + mpi4py line for line, at N = 1 and 2.
+but is neither called on objects nor pickled; an exception in the function aborts the job. Compared with
+MPICH + mpi4py line for line, at N = 1 and 2 (the abort at N = 1 and 3).
 """
 
 import pytest
@@ -62,3 +63,33 @@ def test_user_operations_as_under_mpich(program, fmpi, mpich, n):
     ref = mpich(n, path)
     assert ref.returncode == 0, ref.stderr[-3000:]
     assert mine.sorted_lines() == ref.sorted_lines()
+
+
+RAISING_OP = r"""import array, sys
+from mpi4py import MPI
+def bad(a, b, dt):
+    raise ValueError("boom")
+mine, total = array.array("i", [1, 2]), array.array("i", [0, 0])
+try:
+    if sys.argv[1] == "local":
+        MPI.Op.Create(bad).Reduce_local([mine, MPI.INT], [total, MPI.INT])
+    else:
+        MPI.COMM_WORLD.Allreduce([mine, MPI.INT], [total, MPI.INT], MPI.Op.Create(bad))
+except Exception as e:
+    print("caught", type(e).__name__, flush=True)
+print("after", flush=True)
+"""
+
+
+@pytest.mark.parametrize(("n", "how"), [(1, "local"), (3, "allreduce")])
+def test_an_exception_in_a_user_operation_aborts_as_under_mpich(program, fmpi, mpich, n, how):
+    """mpi4py aborts the job (status 1) when the function of a user operation raises on buffers: the other
+    ranks of a collective would wait for ever. Fails on the old code: the exception reached the program
+    (and at N = 3 the ranks that did not compute waited until FMPI_TIMEOUT)."""
+    path = program(RAISING_OP)
+    mine = fmpi(n, path, how, timeout=60)
+    ref = mpich(n, path, how, timeout=60)
+    assert mine.returncode == ref.returncode == 1, (mine.stderr[-3000:], ref.stderr[-3000:])
+    assert mine.stdout == ref.stdout == ""
+    for run in (mine, ref):
+        assert "Fatal Python error: exception in user-defined reduction operation" in run.stderr

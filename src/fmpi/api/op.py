@@ -8,13 +8,16 @@ x else x``, and so on).
 
 User operations follow mpi4py: ``Op.Create(fn, commute)`` where
 ``fn(inbuf, inoutbuf, datatype)`` updates ``inoutbuf`` in place, ``inbuf``
-holding the lower ranks' contribution; on buffers ``fn`` receives byte
-buffers (``np.frombuffer(inbuf, dtype=...)`` gives the elements), on Python
-objects it is called as ``fn(x, y, None)`` and returns the result.
+holding the lower ranks' contribution; on buffers ``fn`` receives ``MPI.buffer``
+objects of bytes (``np.frombuffer(inbuf, dtype=...)`` gives the elements), and
+an exception in it aborts the job; on Python objects it is called as
+``fn(x, y, None)`` and returns the result.
 """
 
 from __future__ import annotations
 
+import sys
+import traceback
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -190,11 +193,23 @@ class Op(Handled):
         if out is not higher:
             if np.may_share_memory(out, lower):
                 tmp = higher.copy()
-                self._user(_byteview(lower), _byteview(tmp), datatype)
+                self._call_user(_byteview(lower), _byteview(tmp), datatype)
                 np.copyto(out, tmp)
                 return
             np.copyto(out, higher)
-        self._user(_byteview(lower), _byteview(out), datatype)
+        self._call_user(_byteview(lower), _byteview(out), datatype)
+
+    def _call_user(self, inbuf: buffer, inoutbuf: buffer, datatype: Any) -> None:
+        """The user's function on buffers. An exception in it ends the job, as mpi4py's (which aborts with
+        status 1): the other ranks of the collective would wait for this one's part for ever."""
+        try:
+            self._user(inbuf, inoutbuf, datatype)
+        except BaseException:
+            from . import runtime
+
+            traceback.print_exc()
+            print("Fatal Python error: exception in user-defined reduction operation", file=sys.stderr)
+            runtime.abort(1, "exception in user-defined reduction operation")
 
     def reducer(self, datatype: Any = None) -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
         """`combine` bound to a datatype: what the collective algorithms call."""
