@@ -177,3 +177,8 @@ def Get_library_version() -> str:
 
 def Abort(errorcode: int = 0) -> None:
     COMM_WORLD.Abort(errorcode)
+
+
+def _set_abort_status(status: int) -> None:
+    """mpi4py's helper for mpi4py.run and mpi4py.futures: abort the job with `status` at exit (0: do not)."""
+    _runtime.set_abort_status(status)

@@ -21,7 +21,7 @@ from .buffers import message, message_view, receive_target
 from .comm_handle import CommHandle, fmpi_class
 from .arguments import c_int
 from .constants import ANY_SOURCE, ANY_TAG, IDENT, PROC_NULL, TAG_UB, UNEQUAL
-from .errhandler import ERRORS_ABORT, ERRORS_ARE_FATAL, ERRORS_RETURN, PREDEFINED, Errhandler
+from .errhandler import ERRORS_ABORT, ERRORS_ARE_FATAL, ERRORS_RETURN
 from .fault_tolerance import FaultTolerance
 from .group import Group
 from .keyvals import CommAttributes
@@ -120,16 +120,6 @@ class Comm(ObjectP2P, PersistentP2P, NonblockingSendrecv, CommAttributes, FaultT
     def is_intra(self) -> bool:
         return True
 
-    def Get_errhandler(self) -> Errhandler:
-        self._live()
-        return Errhandler(self._errhandler)  # a new handle, as in mpi4py
-
-    def Set_errhandler(self, errhandler: Errhandler) -> None:
-        self._live()
-        if not isinstance(errhandler, Errhandler) or not errhandler:
-            self._fail(err.ERR_ERRHANDLER, f"invalid error handler {errhandler!r}")
-        self._errhandler = PREDEFINED[errhandler.name]  # the predefined object: _fail compares identities
-
     def Compare(self, other: Comm) -> int:
         self._live()
         if other is None or isinstance(other, Comm):
@@ -185,7 +175,11 @@ class Comm(ObjectP2P, PersistentP2P, NonblockingSendrecv, CommAttributes, FaultT
         """Report an error through the communicator's error handler (`cause`: see ``TransportError``)."""
         exc = err.Exception(code, text)
         exc._cause = cause
-        if self._errhandler is ERRORS_ARE_FATAL or self._errhandler is ERRORS_ABORT:
+        if self._errhandler._user is not None:
+            # MPI calls the user's handler, then the call returns; fmpi cannot resume the failed call
+            # where it stopped, so it raises as under ERRORS_RETURN.
+            self._errhandler._user.fn(self, code)
+        elif self._errhandler is ERRORS_ARE_FATAL or self._errhandler is ERRORS_ABORT:
             from . import runtime
 
             print(f"fmpi: rank {self._rank}: {text}", file=sys.stderr)

@@ -9,6 +9,7 @@ cannot be pickled (ValueError), its context being meaningless elsewhere.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 from . import exceptions as err
@@ -101,15 +102,29 @@ class CommHandle(Handled):
         self._actual()._stop_worker()
         self._engine, self._group, self._index, self._rank = None, (), {}, -1
 
-    def Call_errhandler(self, errorcode: int) -> None:
-        """Invoke the communicator's handler on `errorcode`: ERRORS_RETURN does nothing, the fatal ones end the job."""
+    def Get_errhandler(self) -> Errhandler:
         self._live()
-        if errorcode != err.SUCCESS and self._errhandler is not ERRORS_RETURN:
+        return Errhandler(self._errhandler)  # a new handle, as in mpi4py
+
+    def Set_errhandler(self, errhandler: Errhandler) -> None:
+        self._live()
+        if not isinstance(errhandler, Errhandler) or not errhandler:
+            self._fail(err.ERR_ERRHANDLER, f"invalid error handler {errhandler!r}")
+        self._errhandler = errhandler._installed(None)
+
+    def Call_errhandler(self, errorcode: int) -> None:
+        """Invoke the communicator's handler on `errorcode`: ERRORS_RETURN does nothing, the fatal ones end the
+        job, a user's is called (with SUCCESS too, as under MPICH) and the call returns."""
+        self._live()
+        if self._errhandler._user is not None:
+            self._errhandler._user.fn(self, errorcode)
+        elif errorcode != err.SUCCESS and self._errhandler is not ERRORS_RETURN:
             self._fail(errorcode, f"Call_errhandler({errorcode})")
 
     @classmethod
-    def Create_errhandler(cls, errhandler_fn: Any) -> Errhandler:
-        raise NotImplementedError("user-defined error handlers are not supported by fmpi")
+    def Create_errhandler(cls, errhandler_fn: Callable[[Any, int], None]) -> Errhandler:
+        """A user-defined error handler for communicators: ``errhandler_fn(comm, errorcode)``."""
+        return Errhandler._create(errhandler_fn, "Comm")
 
     def Free(self) -> None:
         self._free_handle()

@@ -59,6 +59,11 @@ class Graphcomm(Topocomm):
         self._live()
         return GRAPH
 
+    def _with_topology(self, context: int) -> Graphcomm:
+        graph = Graphcomm(self._engine, self._group, context)
+        graph._index, graph._edges = list(self._index), list(self._edges)
+        return graph
+
     def _neighbor_lists(self) -> tuple[list[int], list[int], list[int]]:
         neighbors = self.Get_neighbors(self.rank)
         return neighbors, neighbors, list(range(len(neighbors)))
@@ -167,6 +172,9 @@ class Distgraphcomm(Topocomm):
     def Get_topology(self) -> int:
         self._live()
         return DIST_GRAPH
+
+    def _with_topology(self, context: int) -> Distgraphcomm:
+        return Distgraphcomm(self._engine, self._group, context, self._sources, self._destinations, self._weights)
 
     def _neighbor_lists(self) -> tuple[list[int], list[int], list[int]]:
         return self._sources, self._destinations, list(range(len(self._sources)))

@@ -109,7 +109,11 @@ class Intracomm(ObjectCollectives, BufferCollectives, CollectiveCalls, Comm):
     def Dup(self, info: Any = None) -> Intracomm:
         self._live()
         self._child_seq += 1
-        return self._of_my_class(self._copy_attributes(self._child(self._group, _child_context(self._ctx, self._child_seq, "dup"))))
+        return self._of_my_class(self._copy_attributes(self._dup_child(_child_context(self._ctx, self._child_seq, "dup"))))
+
+    def _dup_child(self, context: int) -> Intracomm:
+        """Dup's new communicator, before the attributes: a topology's keeps it (Topocomm)."""
+        return self._child(self._group, context)
 
     Clone = Dup
 

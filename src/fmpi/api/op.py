@@ -8,13 +8,17 @@ x else x``, and so on).
 
 User operations follow mpi4py: ``Op.Create(fn, commute)`` where
 ``fn(inbuf, inoutbuf, datatype)`` updates ``inoutbuf`` in place, ``inbuf``
-holding the lower ranks' contribution; on buffers ``fn`` receives byte
-buffers (``np.frombuffer(inbuf, dtype=...)`` gives the elements), on Python
-objects it is called as ``fn(x, y, None)`` and returns the result.
+holding the lower ranks' contribution; on buffers ``fn`` receives ``MPI.buffer``
+objects of bytes (``np.frombuffer(inbuf, dtype=...)`` gives the elements), and
+an exception in it aborts the job; on Python objects it is called as
+``fn(x, y, None)`` and returns the result.
 """
 
 from __future__ import annotations
 
+import sys
+import traceback
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +26,14 @@ import numpy as np
 
 from . import exceptions as err
 from .handles import Handled
+from .memory import buffer
+
+# mpi4py registers a user operation's function in one of 32 C callback slots and raises RuntimeError
+# when none is free; programs (and mpi4py's test suite) meet that limit, so fmpi keeps it. A slot is
+# taken from Create to Free; one whose operation was dropped unfreed is given back (mpi4py leaks it),
+# so fmpi never refuses an operation mpi4py would create.
+MAX_USER_OPS = 32
+_user_slots: weakref.WeakValueDictionary[int, Op] = weakref.WeakValueDictionary()
 
 # (lower, higher, out). A predefined op's is its numpy ufunc itself: a binary ufunc's third
 # positional argument is `out`, so it is called with no Python wrapper in between.
@@ -30,15 +42,17 @@ ArrayFn = Callable[[np.ndarray, np.ndarray, np.ndarray], Any]
 
 class Op(Handled):
     # `_same`: the operation this handle is another handle on (``Op(op)``), None for an original: handles
-    # on one operation compare equal and share its integer handle (handles.py).
-    __slots__ = ("_array_fn", "_checked", "_kinds", "_object_fn", "_user", "commute", "name", "_same", "__weakref__")
+    # on one operation compare equal and share its integer handle (handles.py). `_anonymous`: a handle on a
+    # user operation made from its integer handle, which in mpi4py carries no Python function (no pickling).
+    __slots__ = ("_array_fn", "_checked", "_kinds", "_object_fn", "_user", "commute", "name", "_same", "_anonymous",
+                 "__weakref__")
 
     def __init__(self, op: Op | None = None) -> None:
         """``Op()``: a null handle (== OP_NULL); ``Op(op)``: another handle on `op`, as in mpi4py."""
         if op is not None and not isinstance(op, Op):
             raise TypeError(f"expecting an MPI.Op, not {type(op).__name__}")
         source = op if op is not None else OP_NULL
-        for slot in ("_array_fn", "_checked", "_kinds", "_object_fn", "_user", "commute", "name"):
+        for slot in ("_array_fn", "_checked", "_kinds", "_object_fn", "_user", "commute", "name", "_anonymous"):
             setattr(self, slot, getattr(source, slot))
         self._same = (op._same or op) if op else None
 
@@ -62,7 +76,17 @@ class Op(Handled):
         op._kinds = kinds  # numpy dtype kinds the op is defined for (None: any)
         op._checked: set[np.dtype] = set()
         op._same = None
+        op._anonymous = False
         return op
+
+    @classmethod
+    def _from_referent(cls, referent: Op) -> Op:
+        """``fromhandle``/``fromint``: a handle on a user operation that, as mpi4py's, can reduce buffers
+        but neither be called on objects nor pickled (mpi4py finds the function by the Python object)."""
+        made = cls(referent)
+        if made._user is not None:
+            made._anonymous, made._object_fn = True, _obj_anonymous
+        return made
 
     @classmethod
     def Create(cls, function: Callable, commute: bool = False) -> Op:
@@ -70,10 +94,15 @@ class Op(Handled):
         if not callable(function):
             raise TypeError("Op.Create needs a callable")
 
+        if len(_user_slots) >= MAX_USER_OPS:
+            raise RuntimeError("cannot create too many user-defined reduction operations")
+
         def on_objects(a: Any, b: Any) -> Any:
             return function(a, b, None)
 
-        return cls._make(getattr(function, "__name__", "user"), None, on_objects, bool(commute), function)
+        op = cls._make(getattr(function, "__name__", "user"), None, on_objects, bool(commute), function)
+        _user_slots[id(op)] = op
+        return op
 
     def Is_commutative(self) -> bool:
         if not self:
@@ -92,6 +121,7 @@ class Op(Handled):
         """A user operation's handle becomes OP_NULL; freeing a predefined or null one is ERR_OP, as under MPICH."""
         if not self or self._user is None:
             raise err.Exception(err.ERR_OP, f"cannot free MPI.{self.name}: " + ("null" if not self else "predefined"))
+        _user_slots.pop(id(self._same if self._same is not None else self), None)  # any handle frees it, as mpi4py
         self.name, self._array_fn, self._object_fn, self._user = "OP_NULL", None, _obj_null, None
 
     def free(self) -> None:
@@ -121,6 +151,8 @@ class Op(Handled):
     def __reduce__(self) -> str | tuple:
         """The predefined operations travel by name (another handle on one, as another handle, of its
         class); a user operation as its function (pickled by reference) and commutativity, as in mpi4py."""
+        if self._anonymous:
+            raise ValueError("cannot pickle user-defined reduction operation")
         if self._user is not None:
             return (type(self).Create, (self._user, self.commute))
         original = self._same or self if self else OP_NULL
@@ -161,11 +193,23 @@ class Op(Handled):
         if out is not higher:
             if np.may_share_memory(out, lower):
                 tmp = higher.copy()
-                self._user(_byteview(lower), _byteview(tmp), datatype)
+                self._call_user(_byteview(lower), _byteview(tmp), datatype)
                 np.copyto(out, tmp)
                 return
             np.copyto(out, higher)
-        self._user(_byteview(lower), _byteview(out), datatype)
+        self._call_user(_byteview(lower), _byteview(out), datatype)
+
+    def _call_user(self, inbuf: buffer, inoutbuf: buffer, datatype: Any) -> None:
+        """The user's function on buffers. An exception in it ends the job, as mpi4py's (which aborts with
+        status 1): the other ranks of the collective would wait for this one's part for ever."""
+        try:
+            self._user(inbuf, inoutbuf, datatype)
+        except BaseException:
+            from . import runtime
+
+            traceback.print_exc()
+            print("Fatal Python error: exception in user-defined reduction operation", file=sys.stderr)
+            runtime.abort(1, "exception in user-defined reduction operation")
 
     def reducer(self, datatype: Any = None) -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
         """`combine` bound to a datatype: what the collective algorithms call."""
@@ -188,9 +232,10 @@ class Op(Handled):
         dst.finish()
 
 
-def _byteview(arr: np.ndarray) -> memoryview:
-    """What mpi4py hands a user function: a flat byte buffer over the elements."""
-    return memoryview(arr.reshape(-1).view(np.uint8))
+def _byteview(arr: np.ndarray) -> buffer:
+    """What mpi4py hands a user function: an ``MPI.buffer`` over the elements' bytes (its slices take any
+    object of as many bytes, e.g. ``b[:] = array("i", ...)``, which a memoryview of bytes refuses)."""
+    return buffer._of(memoryview(arr.reshape(-1).view(np.uint8)), None, True)
 
 
 # ------------------------------------------------------------------ objects
@@ -223,6 +268,10 @@ def _obj_minloc(x: Any, y: Any) -> Any:
 
 def _obj_null(x: Any, y: Any) -> Any:
     raise ValueError("cannot call MPI.OP_NULL")
+
+
+def _obj_anonymous(x: Any, y: Any) -> Any:
+    raise ValueError("cannot call user-defined operation")
 
 
 # ------------------------------------------------------------------- arrays

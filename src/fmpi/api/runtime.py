@@ -8,6 +8,7 @@ is a world of one, so scripts still run with plain ``python``.
 from __future__ import annotations
 
 import atexit
+import operator
 import os
 import socket
 import sys
@@ -41,6 +42,7 @@ class _State:
     children: "list[Children]" = []  # the processes this process spawned (as the root), waited for at finalize
     initialized = False
     finalized = False
+    abort_status = 0  # MPI._set_abort_status's: nonzero, the job is aborted with it at exit
     lock = threading.Lock()
 
 
@@ -88,7 +90,7 @@ def initialize(session: "RankSession | None" = None) -> None:
         state.world.Set_errhandler(handler)
         state.self_comm.Set_errhandler(handler)
         state.initialized = True
-        atexit.register(finalize)
+        atexit.register(_at_exit)
         if state.session is not None:
             _install_excepthook()
 
@@ -111,6 +113,20 @@ def _errhandler_from_rc():
               file=sys.stderr)
         return ERRORS_RETURN
     return handlers[choice]
+
+
+def set_abort_status(status: int) -> None:
+    """``MPI._set_abort_status``, as mpi4py's: what mpi4py.run and mpi4py.futures call when the program ends
+    on an exception, so that at exit, MPI still running, the job is aborted with `status` (0: not)."""
+    state.abort_status = int(operator.index(status))
+
+
+def _at_exit() -> None:
+    """Python's exit: abort with the status set by ``_set_abort_status`` unless MPI was finalized (mpi4py's
+    atexit does the same), else finalize."""
+    if state.abort_status and state.initialized and not state.finalized:
+        abort(state.abort_status, f"the program ended on an error (abort status {state.abort_status})")
+    finalize()
 
 
 def finalize() -> None:
@@ -236,4 +252,5 @@ def reset_for_next_invocation() -> None:
         state.spawned, state.children = [], []
         state.initialized = False
         state.finalized = False
-    atexit.unregister(finalize)
+        state.abort_status = 0
+    atexit.unregister(_at_exit)

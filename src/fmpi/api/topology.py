@@ -75,6 +75,16 @@ class Topocomm(NeighborCollectives, Intracomm):
             raise TypeError(f"{type(comm).__name__} is not a {cls.__name__}")
         return super().__new__(cls, comm, *args, **kwargs)
 
+    def _dup_child(self, context: int) -> Topocomm:
+        """Dup (and Clone) keep the topology and the class, as MPI_Comm_dup and mpi4py's Dup do."""
+        child = self._with_topology(context)
+        child._errhandler = self._errhandler
+        return child
+
+    def _with_topology(self, context: int) -> Topocomm:
+        """A communicator on this one's group, with this one's topology, in `context`."""
+        raise NotImplementedError
+
     @property
     def is_topo(self) -> bool:
         return True
@@ -156,6 +166,9 @@ class Cartcomm(Topocomm):
         self._periods = [bool(p) for p in periods]
 
     topology = CART
+
+    def _with_topology(self, context: int) -> Cartcomm:
+        return Cartcomm(self._engine, self._group, context, self._dims, self._periods)
 
     @property
     def dims(self) -> list[int]:

@@ -6,11 +6,12 @@ They need ``Win``'s ``_live()`` (the window's state, or ERR_WIN for a null or fr
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from . import exceptions as err
 from . import keyvals
-from .errhandler import PREDEFINED, Errhandler
+from .errhandler import ERRORS_RETURN, Errhandler
 from .group import Group
 from .handles import Handled
 from .info import Info
@@ -103,12 +104,28 @@ class WinAttributes(Handled):
         return Errhandler(self._live().errhandler)  # a new handle, as in mpi4py
 
     def Set_errhandler(self, errhandler: Errhandler) -> None:
-        """(Errors on a window are raised as MPI.Exception whatever the handler, as under ERRORS_RETURN.)"""
+        """(Errors of window operations are raised as MPI.Exception whatever the handler, as under
+        ERRORS_RETURN: only ``Call_errhandler`` calls it.)"""
         w = self._live()
         if not isinstance(errhandler, Errhandler) or not errhandler:
             raise err.Exception(err.ERR_ERRHANDLER, f"invalid error handler {errhandler!r}")
-        w.errhandler = PREDEFINED[errhandler.name]
+        installed = errhandler._installed("Win")
+        if installed is None:
+            raise err.Exception(err.ERR_ARG, "a communicator's error handler cannot be set on a window")
+        w.errhandler = installed
 
     def Call_errhandler(self, errorcode: int) -> None:
-        self._live()
-        raise err.Exception(errorcode)
+        """Invoke the window's handler on `errorcode`: ERRORS_RETURN does nothing, the fatal ones end the job,
+        a user's is called (with SUCCESS too, as under MPICH) and the call returns."""
+        handler = self._live().errhandler
+        if handler._user is not None:
+            handler._user.fn(self, errorcode)
+        elif errorcode != err.SUCCESS and handler is not ERRORS_RETURN:
+            from . import runtime
+
+            runtime.abort(errorcode, f"Win.Call_errhandler({errorcode})")
+
+    @classmethod
+    def Create_errhandler(cls, errhandler_fn: Callable[[Any, int], None]) -> Errhandler:
+        """A user-defined error handler for windows: ``errhandler_fn(win, errorcode)``."""
+        return Errhandler._create(errhandler_fn, "Win")
