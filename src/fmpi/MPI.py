@@ -175,6 +175,12 @@ def Get_library_version() -> str:
     return f"fmpi {__version__}"
 
 
+def Get_hw_resource_info() -> Info:
+    """The hardware the process may use, as an Info (MPI 4.1): empty, as MPICH returns it (a new object
+    the caller frees); fmpi's ranks learn their host from Split_type, not from hardware keys."""
+    return Info.Create()
+
+
 def Abort(errorcode: int = 0) -> None:
     COMM_WORLD.Abort(errorcode)
 

@@ -37,6 +37,9 @@ info["b"] = "2"
 dup = info.Dup()
 out.append(("info", info.items(), info.Get("a"), info.Get("zz"), info.Get_nkeys(), dup == info, len(dup)))
 info.Free()
+hw = MPI.Get_hw_resource_info()  # (MPI 4.1: a new Info the caller frees)
+out.append(("hw-resource-info", type(hw) is MPI.Info, hw.Get_nkeys(), hw != MPI.INFO_NULL))
+hw.Free()
 out.append(("info-freed", info == MPI.INFO_NULL, bool(MPI.INFO_NULL), bool(MPI.INFO_ENV),
             pickle.loads(pickle.dumps(MPI.INFO_NULL)) is MPI.INFO_NULL))
 try:
@@ -116,7 +119,7 @@ def test_names_behave_as_under_mpich(program, fmpi, mpich):
     ref = mpich(3, path)
     assert ref.returncode == 0, ref.stderr[-3000:]
     assert mine.sorted_lines() == ref.sorted_lines()
-    assert len(mine.lines()) == 3 * 18
+    assert len(mine.lines()) == 3 * 19
 
 
 def test_vendor_is_fmpi(program, fmpi):
