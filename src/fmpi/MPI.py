@@ -11,7 +11,7 @@ from .api import runtime as _runtime
 from .api.absent import (
     DISP_CUR, DISPLACEMENT_CURRENT, FILE_NULL, MAX_DATAREP_STRING, MAX_PORT_NAME, MODE_APPEND, MODE_CREATE,
     MODE_DELETE_ON_CLOSE, MODE_EXCL, MODE_RDONLY, MODE_RDWR, MODE_SEQUENTIAL, MODE_UNIQUE_OPEN, MODE_WRONLY,
-    SEEK_CUR, SEEK_END, SEEK_SET, SESSION_NULL, Close_port, File, Lookup_name, Open_port, Publish_name,
+    SEEK_CUR, SEEK_END, SEEK_SET, SESSION_NULL, File, Lookup_name, Publish_name,
     Register_datarep, Session, Unpublish_name,
 )
 from .api.comm import COMM_NULL, Comm
@@ -175,7 +175,20 @@ def Get_library_version() -> str:
     return f"fmpi {__version__}"
 
 
-def Get_hw_resource_info() -> Info:
+def Open_port(info: "Info | None" = None) -> str:
+    """A port name other groups Connect to (see ``api/ports.py``); `info` is accepted and ignored."""
+    from .api.ports import open_port
+
+    return open_port()
+
+
+def Close_port(port_name: str) -> None:
+    from .api.ports import close_port
+
+    close_port(port_name)
+
+
+def Get_hw_resource_info() -> "Info":
     """The hardware the process may use, as an Info (MPI 4.1): empty, as MPICH returns it (a new object
     the caller frees); fmpi's ranks learn their host from Split_type, not from hardware keys."""
     return Info.Create()

@@ -72,18 +72,8 @@ MAX_PORT_NAME = 1024
 
 
 def _unsupported(what: str) -> NoReturn:
-    """Ports and name publishing: NotImplementedError, as mpi4py over an MPI library without them. (Not
-    an MPI.Exception: mpi4py's test_dynproc would then run its port tests, and rank 1 would wait forever
-    for the port rank 0 could not open.)"""
-    _absent(f"ports and name publishing ({what})")
-
-
-def Open_port(info: Any = None) -> NoReturn:
-    _unsupported("Open_port")
-
-
-def Close_port(port_name: str) -> NoReturn:
-    _unsupported("Close_port")
+    """Name publishing: NotImplementedError, as mpi4py over an MPI library without it (ports: ports.py)."""
+    _absent(f"name publishing ({what})")
 
 
 def Publish_name(service_name: str, port_name: str, info: Any = None) -> NoReturn:

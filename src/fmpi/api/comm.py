@@ -141,13 +141,6 @@ class Comm(ObjectP2P, PersistentP2P, NonblockingSendrecv, CommAttributes, FaultT
         self.Barrier()
         self.Free()
 
-    @classmethod
-    def Get_parent(cls) -> Comm:
-        """The intercommunicator with the processes that spawned this one; a null one (== COMM_NULL) if none did."""
-        from .spawn import get_parent
-
-        return get_parent()
-
     def Abort(self, errorcode: int = 0) -> None:
         from . import runtime
 

@@ -1,6 +1,7 @@
 """What mpi4py asks of every communicator besides communicating (mixed into ``Comm``): info
 hints, the topology kind, pickling, freeing (the handle becomes COMM_NULL), calling its error
-handler, and the MPI 4.1 per-communicator send buffers.
+handler, the MPI 4.1 per-communicator send buffers, and the intercommunicators a process gets from
+outside its world (``Get_parent``, ``Join``).
 
 Pickling follows mpi4py: COMM_WORLD, COMM_SELF and COMM_NULL travel by name and unpickle to
 themselves (another handle on them, to another handle); any other communicator
@@ -167,3 +168,17 @@ class CommHandle(Handled):
         raise NotImplementedError("per-communicator send buffers (MPI 4.1; fmpi reports MPI 3.1): use MPI.Attach_buffer")
 
     Detach_buffer = Flush_buffer = Iflush_buffer = Attach_buffer
+
+    @classmethod
+    def Get_parent(cls) -> Any:
+        """The intercommunicator with the processes that spawned this one; a null one (== COMM_NULL) if none did."""
+        from .spawn import get_parent
+
+        return get_parent()
+
+    @classmethod
+    def Join(cls, fd: int) -> Any:
+        """The intercommunicator with the process at the other end of the connected socket `fd` (MPI_Comm_join)."""
+        from .ports import join_socket
+
+        return join_socket(fd)

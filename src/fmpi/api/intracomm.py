@@ -180,6 +180,18 @@ class Intracomm(ObjectCollectives, BufferCollectives, CollectiveCalls, Comm):
 
         return create_intercomm(self, local_leader, peer_comm, remote_leader, tag)
 
+    def Accept(self, port_name: str, info: Any = None, root: int = 0) -> Any:
+        """Wait at `port_name` (from ``MPI.Open_port``) for a group's Connect (collective; see ``ports``)."""
+        from .ports import accept
+
+        return accept(self, port_name, root)
+
+    def Connect(self, port_name: str, info: Any = None, root: int = 0) -> Any:
+        """Join the group waiting at `port_name` in Accept (collective; see ``ports``): the Intercomm to it."""
+        from .ports import connect
+
+        return connect(self, port_name, root)
+
     def Spawn(self, command: str, args: Any = None, maxprocs: int = 1, info: Any = None, root: int = 0,
               errcodes: list | None = None) -> Any:
         """Start `maxprocs` processes running `command` `args` (collective; see ``spawn``): the Intercomm to them."""

@@ -40,6 +40,7 @@ class _State:
     parent: "Intercomm | None" = None  # a spawned process's intercommunicator with its parents (Comm.Get_parent)
     spawned: "list[RankSession]" = []  # this process's sessions in jobs it spawned (as a parent)
     children: "list[Children]" = []  # the processes this process spawned (as the root), waited for at finalize
+    ports: "set[str]" = set()  # the port names this process opened and has not closed (Open_port)
     initialized = False
     finalized = False
     abort_status = 0  # MPI._set_abort_status's: nonzero, the job is aborted with it at exit
@@ -249,7 +250,7 @@ def reset_for_next_invocation() -> None:
         state.world = None
         state.self_comm = None
         state.parent = None
-        state.spawned, state.children = [], []
+        state.spawned, state.children, state.ports = [], [], set()
         state.initialized = False
         state.finalized = False
         state.abort_status = 0

@@ -53,8 +53,8 @@ class SpawnedJob:
                         fill_timeout=FILL_TIMEOUT, parents=self.parents)
 
 
-class _Quiet:
-    """The spawned job's events at its creator: nothing to do (see the module docstring)."""
+class Quiet:
+    """A spawned (or port's) job's events at its creator: nothing to do (see the module docstring)."""
 
     def event(self, kind: str, body: dict[str, Any]) -> None:
         pass
@@ -93,12 +93,17 @@ class Children:
             pass  # the relay forgets a job whose creator left anyway
 
 
+def create_job(relay: str, parents: int, children: int) -> tuple[SpawnedJob, Children]:
+    """Create a job of `parents` + `children` slots at `relay`; the creator ends it (``Children.wait``)."""
+    spawned = SpawnedJob("spawn-" + secrets.token_hex(8), secrets.token_hex(16), relay, parents, children)
+    control = rendezvous.job_control(relay)
+    control.create(spawned.job, spawned.token, parents + children, FILL_TIMEOUT, Quiet())
+    return spawned, Children(control)
+
+
 def start(relay: str, parents: int, commands: list[list[str]]) -> tuple[SpawnedJob, Children]:
     """At the spawning root: create the job and start one process per command line (argv)."""
-    spawned = SpawnedJob("spawn-" + secrets.token_hex(8), secrets.token_hex(16), relay, parents, len(commands))
-    control = rendezvous.job_control(relay)
-    control.create(spawned.job, spawned.token, parents + len(commands), FILL_TIMEOUT, _Quiet())
-    children = Children(control)
+    spawned, children = create_job(relay, parents, len(commands))
     try:
         for slot, argv in enumerate(commands, start=parents):
             # The root's environment (the shim on PYTHONPATH, FMPI_* tuning) with the new slot's spec over its own.
@@ -110,6 +115,11 @@ def start(relay: str, parents: int, commands: list[list[str]]) -> tuple[SpawnedJ
         children.wait(0.0)
         raise
     return spawned, children
+
+
+def job_control(relay: str) -> Any:
+    """The launcher-side handle on jobs at `relay` (a port's meeting job is made with it)."""
+    return rendezvous.job_control(relay)
 
 
 def join_as_parent(spawned: SpawnedJob, index: int) -> RankSession:
