@@ -322,6 +322,10 @@ class Engine:
             states = [p.state for p in self.core.peers.values()]
         return {s.name.lower(): states.count(s) for s in PeerState if states.count(s)}
 
+    def looked_up(self) -> list[int]:
+        """The peers whose records this rank looked up through the rendezvous (only those it linked to)."""
+        return self._linker.directory.looked_up()
+
     def traffic(self) -> dict[str, int]:
         """Bytes this rank sent and received over TCP links and the relay connection (and over the relay alone), so far."""
         with self.core.lock:

@@ -66,6 +66,10 @@ class Directory:
         """The route to `rank`, or ``NO_ROUTE`` while its record is not known."""
         return self.route(rank) or NO_ROUTE
 
+    def looked_up(self) -> list[int]:
+        """The ranks whose records this rank looked up (the peers it linked to, or tried to)."""
+        return sorted(self._routes) if self._me is not None else []
+
     def usable(self, rank: int, steps: list[str]) -> list[str]:
         """Drop steps this engine cannot run: without a relay there is no punch coordination and no relaying."""
         has_relay = self._core.relay is not None
