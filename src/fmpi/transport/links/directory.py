@@ -70,6 +70,11 @@ class Directory:
         """The ranks whose records this rank looked up (the peers it linked to, or tried to)."""
         return sorted(self._routes) if self._me is not None else []
 
+    def steps(self, rank: int, passive: bool = False) -> list[str]:
+        """The steps of the plan to `rank` this engine can run (`passive`: of the side asked to punch)."""
+        route, channel = self.plan(rank), self._core.options.channel
+        return self.usable(rank, route.passive_steps(channel) if passive else route.steps(channel))
+
     def usable(self, rank: int, steps: list[str]) -> list[str]:
         """Drop steps this engine cannot run: without a relay there is no punch coordination and no relaying."""
         has_relay = self._core.relay is not None

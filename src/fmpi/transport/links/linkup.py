@@ -107,16 +107,14 @@ class Linker:
         if self._unknown(peer, "active"):
             return
         peer.planned = True
-        steps = self.directory.usable(peer.rank, self.directory.plan(peer.rank).steps(self._core.options.channel))
-        peer.steps = [s for s in steps if s != peer.running]
+        peer.steps = [s for s in self.directory.steps(peer.rank) if s != peer.running]
 
     def _passive_plan(self, peer: Peer) -> None:
         if not self._unknown(peer, "passive"):
-            peer.steps = self.directory.usable(peer.rank, self.directory.plan(peer.rank).passive_steps(self._core.options.channel))
+            peer.steps = self.directory.steps(peer.rank, passive=True)
 
     def _unknown(self, peer: Peer, side: str) -> bool:
-        """The peer's record is not known yet: park it (`side` of the set-up) until its lookup is answered.
-        (A relay-only set-up needs no record.)"""
+        """Without the peer's record, park it (`side` of the set-up) until the lookup is answered (relay-only: no need)."""
         if self.directory.route(peer.rank) is not None or self._core.options.channel == "relay":
             return False
         if side == "active" or not peer.lookup:
@@ -130,9 +128,11 @@ class Linker:
         with core.lock:
             for rank in self.directory.answer(body):
                 peer = core.peers.get(rank)
-                if peer is None or peer.state is not PeerState.SETUP or not peer.lookup:
+                if peer is None or not peer.lookup:
                     continue
                 side, peer.lookup = peer.lookup, ""
+                if peer.state is not PeerState.SETUP:  # (the peer's own connection came first)
+                    continue
                 if rank in self.directory.missing:
                     peer.errors.append(self.directory.missing[rank])
                 self._passive_plan(peer) if side == "passive" else self._load_plan(peer)
