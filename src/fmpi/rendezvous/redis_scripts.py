@@ -32,19 +32,25 @@ local function joined_once()
     end
   end
 end
-local free = -1
-for r = 0, size - 1 do
-  if redis.call('HEXISTS', members, r) == 0 then free = r break end
+-- the lowest free slot, looked for only by a rank that needs one (a scan of every slot per join is O(N^2) in all)
+local function first_free()
+  for r = 0, size - 1 do
+    if redis.call('HEXISTS', members, r) == 0 then return r end
+  end
+  return -1
 end
 local any = rank == -1
+local free = -1
 if any then
   local refused = joined_once()
   if refused then return refused end
+  free = first_free()
   if free == -1 then return redis.error_reply('duplicate the job is full') end
   rank = free
 end
 if rank < 0 or rank >= size then return redis.error_reply('bad_rank rank ' .. rank .. ' is outside a job of ' .. size .. ' ranks') end
 local taken = redis.call('HGET', members, rank)
+if taken and cjson.decode(taken)['any'] then free = first_free() end
 if taken and free ~= -1 and cjson.decode(taken)['any'] then
   -- a spare that started first holds this slot: take a free one, and hold it as a spare does
   local refused = joined_once()
