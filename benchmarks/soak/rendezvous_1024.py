@@ -4,7 +4,9 @@ A real ``fmpi-relay`` subprocess (and, with ``--redis``, a real
 ``redis-server`` on a free port) and lightweight clients: a few worker
 processes, each running many threads, each thread one rank that only does
 what a rank's bootstrap does at rendezvous (connect, REGISTER, wait for the
-WORLD) with fmpi's own client code (``fmpi.rendezvous.relay_connection`` /
+WORLD) and then what its first collective makes the transport do (LOOKUP the
+records of its log2 N recursive-doubling partners, in one frame), with
+fmpi's own client code (``fmpi.rendezvous.relay_connection`` /
 ``fmpi.rendezvous.redis``). No MPI runtime, no listener: the endpoints
 are made up.
 
@@ -13,14 +15,24 @@ across the worker processes):
 
 1. every client connects (not timed as part of the world);
 2. the launcher sends CREATE (t0); the clients are released and REGISTER;
-3. each client records when its WORLD arrived and checks it (N peers, ranks 0..N-1).
+3. each client records when its WORLD arrived (and its bytes on the wire),
+   then looks its partners up and checks their records.
 
-Printed: time to full world (CREATE -> the last client has the WORLD), the
-first/median WORLD arrival, the relay's own "world published" time, and the
-service's peak RSS (VmHWM of the relay / redis-server process) with its RSS
-before the job. One Markdown table at the end.
+The service's side is timed apart from the clients' (they share the cores):
+a thread of the launcher stamps each event as it arrives, so "published
+after the last join" is the time between the last 'joined' event and the
+'world' event, which the relay sends once it has written every rank's WORLD
+(Redis: both come from the last registrant's script).
+
+Printed: the service's publish time after the last join, per-rank WORLD
+bytes and LOOKUP answer bytes, time to full world (CREATE -> the last client
+has the WORLD, and the same from the last join), first/median WORLD arrival,
+the time the last lookup was answered, and the service's peak RSS (VmHWM of
+the relay / redis-server process) with its RSS before the job. One Markdown
+table at the end.
 
     .venv/bin/python benchmarks/soak/rendezvous_1024.py                       # fmpi-relay, 1024 ranks
+    .venv/bin/python benchmarks/soak/rendezvous_1024.py --ranks 4096 --procs 8
     .venv/bin/python benchmarks/soak/rendezvous_1024.py --redis               # and the same against Redis
     .venv/bin/python benchmarks/soak/rendezvous_1024.py --ranks 256 --procs 2 --redis --json
 """
@@ -123,6 +135,40 @@ class RedisService:
 
 
 # ---------------------------------------------------------------- clients (worker processes)
+def partners_of(rank: int, size: int) -> list[int]:
+    """The peers a recursive-doubling collective makes `rank` link to: log2 N of them."""
+    return [rank ^ (1 << k) for k in range(max(1, (size - 1).bit_length())) if rank ^ (1 << k) < size]
+
+
+def _frame(conn) -> tuple:
+    """The next frame but heartbeats: (kind, body bytes, bytes on the wire)."""
+    from fmpi.wire.relay_protocol import HEADER_SIZE, Kind
+
+    kind = Kind.HEARTBEAT
+    while kind is Kind.HEARTBEAT:
+        kind, payload = conn.next_frame()
+    return kind, payload, HEADER_SIZE + len(payload)
+
+
+def _relay_world(conn) -> tuple[int, int]:
+    """(the WORLD's bytes on the wire, the job's size)."""
+    from fmpi.wire.relay_protocol import Kind, decode_body
+
+    kind, payload, nbytes = _frame(conn)
+    assert kind is Kind.WORLD, kind
+    return nbytes, decode_body(kind, payload)["size"]
+
+
+def _relay_lookup(conn, ranks: list[int]) -> tuple[int, dict]:
+    """LOOKUP `ranks`: (the PEERS answer's bytes on the wire, its body)."""
+    from fmpi.wire.relay_protocol import Kind, decode_body
+
+    conn.send(Kind.LOOKUP, {"ranks": ranks})
+    kind, payload, nbytes = _frame(conn)
+    assert kind is Kind.PEERS, kind
+    return nbytes, decode_body(kind, payload)
+
+
 def _worker(kind: str, url: str, job: str, token: str, ranks: list[int], size: int,
             connected: mp.Queue, go: mp.Event, results: mp.Queue) -> None:
     """One process: a thread per rank. Connect, report, wait for `go`, register, wait for the world."""
@@ -153,22 +199,29 @@ def _worker(kind: str, url: str, job: str, token: str, ranks: list[int], size: i
                 t = time.monotonic()
                 deadline = t + 300
                 endpoints = [("127.0.0.1", 20000 + rank)]
+                partners = partners_of(rank, size)
                 if kind == "relay":
-                    from fmpi.rendezvous.relay_connection import register, wait_world
+                    from fmpi.rendezvous.relay_connection import register
 
                     got, got_size, _ = register(conn, job, token, rank, uuid.uuid4().hex, endpoints, timeout=120)
                     rec["registered"] = time.monotonic()
-                    peers = wait_world(conn, deadline)
+                    rec["world_bytes"], world_size = _relay_world(conn)
+                    rec["world"] = time.monotonic()
+                    rec["lookup_bytes"], answer = _relay_lookup(conn, partners)
                 else:
                     got, got_size = conn.register(rank, uuid.uuid4().hex, endpoints)
                     rec["registered"] = time.monotonic()
-                    peers = conn.wait_world(deadline)
-                rec["world"] = time.monotonic()
+                    world_size = conn.wait_world(deadline)
+                    rec["world"] = time.monotonic()
+                    answer = conn.lookup(partners)
+                    rec["lookup_bytes"] = len(json.dumps(answer, separators=(",", ":")))
+                rec["looked_up"] = time.monotonic()
                 rec["register_s"] = rec["registered"] - t
-                ok = got == rank and got_size == size and [p.rank for p in peers] == list(range(size))
-                ok = ok and peers[rank].endpoints == [("127.0.0.1", 20000 + rank)]
+                found = {p["rank"]: p["endpoints"] for p in answer["peers"]}
+                ok = got == rank and got_size == world_size == size and not answer["missing"]
+                ok = ok and found == {p: [["127.0.0.1", 20000 + p]] for p in partners}
                 if not ok:
-                    rec["error"] = f"bad world: rank {got}, size {got_size}, {len(peers)} peers"
+                    rec["error"] = f"bad world: rank {got}, size {got_size}/{world_size}, lookup {answer}"[:300]
             except Exception as exc:  # noqa: BLE001
                 rec["error"] = repr(exc)
         with lock:
@@ -221,7 +274,17 @@ def measure(kind: str, size: int, procs: int) -> dict:
     workers = [ctx.Process(target=_worker, args=(kind, service.url, job, token, shard, size, connected, go, results))
                for shard in shards if shard]
     launcher = None
-    events: list[dict] = []
+    stamps: dict[str, float] = {}  # when the launcher heard the last 'joined', and 'world' (and its seconds)
+    heard_world = threading.Event()
+
+    def stamp(kind_: str, body: dict) -> None:
+        if kind_ == "joined":
+            stamps["last_joined"] = time.monotonic()
+        elif kind_ == "world":
+            stamps["world"] = time.monotonic()
+            stamps["world_seconds"] = float(body.get("seconds", stamps["world"] - t0))
+            heard_world.set()
+
     try:
         t_connect = time.monotonic()
         for w in workers:
@@ -238,35 +301,24 @@ def measure(kind: str, size: int, procs: int) -> dict:
             launcher = RelayConnection(service.url, timeout=30)
             launcher.send(Kind.CREATE, {"job": job, "token": token, "size": size, "fill_timeout": 300})
             launcher.expect(Kind.CREATED, timeout=30)
+
+            def follow(conn=launcher) -> None:
+                while not heard_world.is_set():
+                    k, body = conn.recv(timeout=300)
+                    if k is Kind.EVENT:
+                        stamp(str(body.get("type")), body)
+
+            threading.Thread(target=follow, daemon=True).start()
         else:
             from fmpi.rendezvous.redis import RedisJob
 
-            world_event = threading.Event()
-
-            def on_event(kind_: str, body: dict) -> None:
-                if kind_ == "world":
-                    events.append({"t": time.monotonic()})
-                    world_event.set()
-
-            launcher = RedisJob(service.url, job, token, size, 300, on_event)
+            launcher = RedisJob(service.url, job, token, size, 300, stamp)
         t_created = time.monotonic()
         go.set()
         recs: list[dict] = []
         for _ in workers:
             recs += results.get(timeout=600)
-        server_world = None
-        if kind == "relay":
-            # The launcher hears one 'joined' per rank, then 'world' with the relay's own time.
-            from fmpi.wire.relay_protocol import Kind
-
-            while True:
-                k, body = launcher.recv(timeout=60)
-                if k is Kind.EVENT and body.get("type") == "world":
-                    server_world = float(body["seconds"])
-                    break
-        else:
-            world_event.wait(60)
-            server_world = events[0]["t"] - t0 if events else None
+        heard_world.wait(60)
         mem_after = proc_status(pid)
         redis_peak = None
         if kind == "redis":
@@ -274,6 +326,14 @@ def measure(kind: str, size: int, procs: int) -> dict:
             redis_peak = info.get("used_memory_peak")
         errors = [r for r in recs if "error" in r]
         worlds = sorted(r["world"] for r in recs if "world" in r)
+        lookups = sorted(r["looked_up"] for r in recs if "looked_up" in r)
+        world_bytes = [r["world_bytes"] for r in recs if "world_bytes" in r]
+        lookup_bytes = [r["lookup_bytes"] for r in recs if "lookup_bytes" in r]
+        last_join = stamps.get("last_joined")
+
+        def since(t: float | None, start: float | None) -> float | None:
+            return round(t - start, 3) if t is not None and start is not None else None
+
         result = {
             "service": "fmpi-relay" if kind == "relay" else "redis-server",
             "ranks": size,
@@ -285,7 +345,13 @@ def measure(kind: str, size: int, procs: int) -> dict:
             "full_world_s": round(worlds[-1] - t0, 3) if worlds else None,
             "first_world_s": round(worlds[0] - t0, 3) if worlds else None,
             "median_world_s": round(statistics.median(worlds) - t0, 3) if worlds else None,
-            "service_world_s": round(server_world, 3) if server_world is not None else None,
+            "service_world_s": round(stamps["world_seconds"], 3) if "world_seconds" in stamps else None,
+            "published_after_last_join_s": since(stamps.get("world"), last_join),
+            "last_world_after_last_join_s": since(worlds[-1] if worlds else None, last_join),
+            "last_lookup_after_last_join_s": since(lookups[-1] if lookups else None, last_join),
+            "world_bytes_per_rank": max(world_bytes) if world_bytes else None,
+            "lookup_bytes_median": int(statistics.median(lookup_bytes)) if lookup_bytes else None,
+            "lookups_per_rank": len(partners_of(0, size)),
             "register_median_ms": round(1000 * statistics.median(r["register_s"] for r in recs if "register_s" in r), 1)
             if worlds else None,
             "rss_before_mib": round(mem_before["VmRSS"] / 1024, 1),
@@ -341,12 +407,17 @@ def main() -> int:
     print()
     print(f"rendezvous of {args.ranks} simulated ranks ({args.procs} client processes, {os.cpu_count()} cores)")
     print()
-    print("| service | ranks | ok | errors | connect all | CREATE -> last WORLD | first / median WORLD | service: world out | register median | service RSS before | service peak RSS (VmHWM) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| service | ranks | ok | errors | service: published after last join | WORLD bytes / rank | "
+          "LOOKUP answer (log2 N peers) | last join -> last WORLD | last join -> last lookup | CREATE -> last WORLD | "
+          "first / median WORLD | register median | service RSS before | service peak RSS (VmHWM) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         extra = f" (Redis used_memory_peak {r['redis_used_memory_peak_mib']} MiB)" if r["redis_used_memory_peak_mib"] else ""
-        print(f"| {r['service']} | {r['ranks']} | {r['clients_ok']} | {r['errors']} | {r['connect_s']} s | "
-              f"{r['full_world_s']} s | {r['first_world_s']} / {r['median_world_s']} s | {r['service_world_s']} s | "
+        print(f"| {r['service']} | {r['ranks']} | {r['clients_ok']} | {r['errors']} | "
+              f"{r['published_after_last_join_s']} s | {r['world_bytes_per_rank'] or 'n/a '}B | "
+              f"{r['lookup_bytes_median']} B ({r['lookups_per_rank']}) | {r['last_world_after_last_join_s']} s | "
+              f"{r['last_lookup_after_last_join_s']} s | {r['full_world_s']} s | "
+              f"{r['first_world_s']} / {r['median_world_s']} s | "
               f"{r['register_median_ms']} ms | {r['rss_before_mib']} MiB | {r['peak_rss_mib']} MiB{extra} |")
     for r in rows:
         if r["errors"]:

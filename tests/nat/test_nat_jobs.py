@@ -34,6 +34,16 @@ def test_cone_nats_every_link_is_punched(nat_job: LabJobs):
     assert run.counts == {"direct": 0, "punched": 6, "relayed": 0}
 
 
+def test_cone_nats_punch_to_the_looked_up_records_of_the_peers_a_rank_talks_to_only(nat_job: LabJobs):
+    # The world names no peer: each rank looks its neighbours up through the relay (the side asked to punch looks
+    # up the asker), and punches to the addresses the records give.
+    run = nat_job.run(["c1", "c2", "c3", "c4"], "ring_lookups.py")
+    for r, proc in enumerate(run.ranks):
+        assert proc.returncode == 0, run.describe()
+        assert f"rank {r} ok looked up {','.join(map(str, sorted({(r - 1) % 4, (r + 1) % 4})))}" in proc.stdout
+    assert set(run.links.values()) == {"punched"} and len(run.links) == 4, run.describe()
+
+
 def test_symmetric_nats_are_detected_and_every_link_is_relayed_at_once(nat_job: LabJobs):
     run = nat_job.run(["s1", "s2", "s3", "s4"], "exchange.py", ["1000000"])
     _ok(run, 4)

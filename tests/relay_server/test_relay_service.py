@@ -82,14 +82,17 @@ def join(relay, job="job1", rank=0, token=TOKEN, incarnation="a") -> tuple[Relay
     return conn, got_rank
 
 
-def test_world_is_published_to_all_once_full_with_observed_addresses(relay):
+def test_world_is_published_to_all_once_full_and_lookups_give_observed_addresses(relay):
     watcher = create(relay, size=3)
     members = [join(relay, rank=r)[0] for r in (2, 0, 1)]
     for conn in members:
-        peers = wait_world(conn, time.monotonic() + 5)
-        assert [p.rank for p in peers] == [0, 1, 2]
-        assert peers[1].endpoints == [("127.0.0.1", 4001)]
-        assert peers[1].observed[0] == "127.0.0.1"
+        assert wait_world(conn, time.monotonic() + 5) == 3
+        conn.send(Kind.LOOKUP, {"ranks": [1, 3]})
+        answer = conn.expect(Kind.PEERS, 5)  # (the world names no peer: a rank looks up those it links to)
+        [record] = answer["peers"]
+        assert record["rank"] == 1 and record["endpoints"] == [["127.0.0.1", 4001]]
+        assert record["observed"][0] == "127.0.0.1"
+        assert answer["missing"] == [{"rank": 3, "reason": "rank 3 is outside job 'job1' of 3 ranks"}]
     events = [watcher.expect(Kind.EVENT, 5)["type"] for _ in range(4)]
     assert events == ["joined", "joined", "joined", "world"]
 
@@ -190,7 +193,7 @@ def test_truncated_frames_and_silent_clients_do_not_hurt_other_jobs(relay):
     half.close()
     a, _ = join(relay, job="good", rank=0)
     b, _ = join(relay, job="good", rank=1)
-    assert len(wait_world(a, time.monotonic() + 5)) == 2
+    assert wait_world(a, time.monotonic() + 5) == 2
     # the silent client is cut off after the first-frame timeout, with a reason
     kind, body = read_frame(silent)
     assert kind == Kind.ERROR and body["code"] == "timeout"
@@ -247,11 +250,11 @@ def test_jobs_are_isolated(relay):
     create(relay, job="A", size=1)
     create(relay, job="B", size=1)
     a, _ = join(relay, job="A", rank=0)
-    assert [p.rank for p in wait_world(a, time.monotonic() + 5)] == [0]
+    assert wait_world(a, time.monotonic() + 5) == 1
     with pytest.raises(RelayError, match="wrong token"):
         join(relay, job="B", rank=0, token="z" * 24)
     b, _ = join(relay, job="B", rank=0)
-    assert [p.rank for p in wait_world(b, time.monotonic() + 5)] == [0]
+    assert wait_world(b, time.monotonic() + 5) == 1
 
 
 def test_job_creation_limits(relay):

@@ -116,7 +116,7 @@ def frames(sock, want: Kind, timeout: float = 10.0):
 
 
 def world_of(url: str, job_id: str, size: int):
-    """Every rank of a fresh job registered and past the world: [(rendezvous, Registered, peers)]."""
+    """Every rank of a fresh job registered and past the world: [(rendezvous, Registered, size)]."""
     members = [joined(url, job_id, r) for r in range(size)]
     return [(m, reg, m.wait_world(time.monotonic() + 10)) for m, reg in members]
 
@@ -127,16 +127,40 @@ def test_world_reaches_every_rank_and_the_launcher(job):
     members = [joined(url, job_id, r) for r in (1, 2, 0)]
     for _member, reg in members:
         assert reg.size == 3 and reg.observed[1] > 0
-    worlds = [m.wait_world(time.monotonic() + 10) for m, _ in members]
-    for world in worlds:
-        assert [p.rank for p in world] == [0, 1, 2]
-        assert [tuple(p.endpoints[0]) for p in world] == [members[2][1].local, members[0][1].local, members[1][1].local]
+    assert [m.wait_world(time.monotonic() + 10) for m, _ in members] == [3, 3, 3]
     heard = [launcher.next("left") for _ in range(4)]
     assert [k for k, _ in heard] == ["joined", "joined", "joined", "world"]
     assert sorted(b["rank"] for _, b in heard[:3]) == [0, 1, 2]
     assert heard[3][1]["seconds"] >= 0
-    for member, _ in members:
-        member.close()
+    carriers = [m.carrier() for m, _ in members]
+    # The world names no peer: each rank looks up those it links to, through its carrier.
+    found, _ = lookup(carriers[0].sock, [0, 1, 2])
+    assert [found[r]["endpoints"] for r in range(3)] == [[list(members[2][1].local)], [list(members[0][1].local)],
+                                                         [list(members[1][1].local)]]
+    assert found[1]["observed"] == list(members[0][1].observed)
+    for c in carriers:
+        c.sock.close()
+
+
+def lookup(sock, ranks: list[int]) -> tuple[dict[int, dict], dict[int, str]]:
+    """LOOKUP `ranks` on a carrier: (rank -> record, rank -> why it has none)."""
+    sock.sendall(encode(Kind.LOOKUP, {"ranks": ranks}))
+    body = decode_body(Kind.PEERS, frames(sock, Kind.PEERS))
+    return {p["rank"]: p for p in body["peers"]}, {m["rank"]: m["reason"] for m in body["missing"]}
+
+
+def test_a_lookup_of_a_rank_outside_the_job_says_so(job):
+    url, make = job
+    job_id, _, _ = make(2)
+    (a, _, size), (b, reg_b, _) = world_of(url, job_id, 2)
+    assert size == 2
+    ca, cb = a.carrier(), b.carrier()
+    found, missing = lookup(ca.sock, [1, 5, -1])
+    assert found[1]["endpoints"] == [list(reg_b.local)]
+    assert set(missing) == {5, -1}
+    assert "rank 5 is outside" in missing[5] and "2 ranks" in missing[5]
+    for c in (ca, cb):
+        c.sock.close()
 
 
 def test_refusals_have_the_same_codes(job):
@@ -196,14 +220,16 @@ def test_a_pinned_rank_whose_slot_a_spare_took_takes_a_free_one(job):
         joined(url, job_id, 2, incarnation="straggler")
     assert info.value.code in ("duplicate", "closed")
     members = [spare, pinned, third]
-    for member in members:
-        world = member.wait_world(time.monotonic() + 10)
-        assert [tuple(p.endpoints[0]) for p in world] == [first.local, second.local, last.local]
+    assert [member.wait_world(time.monotonic() + 10) for member in members] == [3, 3, 3]
     heard = [launcher.next("left") for _ in range(4)]
     assert [k for k, _ in heard] == ["joined", "joined", "joined", "world"]
     assert [(b["rank"], b["incarnation"]) for _, b in heard[:3]] == [(0, "spare"), (1, "rank0"), (2, "rank1")]
-    for member in members:
-        member.close()
+    carriers = [member.carrier() for member in members]
+    for carrier in carriers:  # (every slot's record opens, wherever its rank moved)
+        found, missing = lookup(carrier.sock, [0, 1, 2])
+        assert not missing and [found[r]["endpoints"] for r in range(3)] == [[list(x.local)] for x in (first, second, last)]
+    for carrier in carriers:
+        carrier.sock.close()
 
 
 def test_an_unfilled_world_fails_naming_the_missing_ranks(job):

@@ -40,11 +40,11 @@ def test_world_reaches_every_rank_with_observed_addresses(job_factory):
     url, _client, make = job_factory
     job, events = make(3)
     members = [rank(url, job, r) for r in (1, 2, 0)]
-    worlds = [m.wait_world(time.monotonic() + 5) for m in members]
-    for world in worlds:
-        assert [p.rank for p in world] == [0, 1, 2]
-        assert world[1].endpoints == [("10.0.0.1", 5001)]
-        assert world[1].observed[0] == "127.0.0.1" and world[1].observed[1] > 0
+    assert [m.wait_world(time.monotonic() + 5) for m in members] == [3, 3, 3]
+    for m in members:  # (the world names no peer: a rank looks up the records of those it links to)
+        found = {p["rank"]: p for p in m.lookup([0, 1, 2])["peers"]}
+        assert found[1]["endpoints"] == [["10.0.0.1", 5001]]
+        assert found[1]["observed"][0] == "127.0.0.1" and found[1]["observed"][1] > 0
     kinds = [events.get(timeout=5)[0] for _ in range(4)]
     assert kinds == ["joined", "joined", "joined", "world"]
     for m in members:
@@ -143,8 +143,9 @@ def test_ranks_that_take_any_free_slot_are_sealed_and_heard(job_factory):
     job, events = make(2)
     members = [rank(url, job, incarnation=f"i{k}") for k in range(2)]  # (one incarnation joins once)
     assert sorted(m.rank for m in members) == [0, 1]
-    worlds = [m.wait_world(time.monotonic() + 5) for m in members]
-    assert all([p.endpoints for p in world] == [[("10.0.0.1", 5000)], [("10.0.0.1", 5000)]] for world in worlds)
+    assert [m.wait_world(time.monotonic() + 5) for m in members] == [2, 2]
+    for m in members:
+        assert [p["endpoints"] for p in m.lookup([0, 1])["peers"]] == [[["10.0.0.1", 5000]], [["10.0.0.1", 5000]]]
     heard = [events.get(timeout=5) for _ in range(3)]
     assert [(k, e.get("rank")) for k, e in heard[:2]] == [("joined", 0), ("joined", 1)] and heard[2][0] == "world"
     stored = b"".join(v for v in client.hgetall(f"fmpi:{{{job.job}}}:members").values())
@@ -160,12 +161,27 @@ def test_a_forged_world_or_abort_before_the_world_is_refused_and_the_real_world_
     inbox = f"fmpi:{{{job.job}}}:inbox:0"
     forged_record = '{"incarnation":"x","sealed":"' + "A" * 80 + '"}'
     client.rpush(inbox, '{"kind":"world","size":2,"peers":[{"rank":0,"member":%s},{"rank":1,"member":%s}]}' % (forged_record, forged_record))
+    client.rpush(inbox, '{"kind":"world"}')  # (an unsealed world would start the rank before its peers joined)
     client.rpush(inbox, '{"kind":"abort","code":9,"reason":"forged","rank":1}')
     client.rpush(inbox, b"\x01" + b"\0" * 80)  # shaped like an envelope, sealed with nothing
     second = rank(url, job, 1)
-    world = first.wait_world(time.monotonic() + 5)
-    assert [p.endpoints for p in world] == [[("10.0.0.1", 5000)], [("10.0.0.1", 5001)]]
+    assert first.wait_world(time.monotonic() + 5) == 2
+    assert [p["endpoints"] for p in first.lookup([0, 1])["peers"]] == [[["10.0.0.1", 5000]], [["10.0.0.1", 5001]]]
     lines = [line for line in capfd.readouterr().err.splitlines() if "refused a message in Redis" in line]
     assert len(lines) == 1 and lines[0].startswith("fmpi: rank 0: refused"), lines
+    for m in (first, second):
+        m.close()
+
+
+def test_a_lookup_names_ranks_without_a_valid_record(job_factory):
+    url, client, make = job_factory
+    job, _events = make(2)
+    first, second = rank(url, job, 0), rank(url, job, 1)
+    assert first.wait_world(time.monotonic() + 5) == 2
+    client.hset(f"fmpi:{{{job.job}}}:members", 1, '{"incarnation":"x","sealed":"' + "A" * 80 + '"}')  # a forgery
+    answer = first.lookup([0, 1, 9])
+    assert [p["rank"] for p in answer["peers"]] == [0]
+    why = {m["rank"]: m["reason"] for m in answer["missing"]}
+    assert "outside a job of 2 ranks" in why[9] and "no valid record of rank 1" in why[1]
     for m in (first, second):
         m.close()

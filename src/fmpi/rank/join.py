@@ -16,7 +16,9 @@ its peers skip punching it.
 Which service is the rendezvous (fmpi-relay, Redis, an in-process store)
 is the URL's business: ``rendezvous.connect`` picks the backend, and after
 the world it hands over a carrier socket that speaks the relay protocol
-whatever the backend, so the transport runs unchanged.
+whatever the backend, so the transport runs unchanged. The world is the
+job's size only: the transport looks up the peers it links to through that
+carrier (LOOKUP), so no rank receives a table of every peer.
 """
 
 from __future__ import annotations
@@ -30,12 +32,12 @@ from typing import Any
 from .. import rendezvous
 from ..natpunch.sockets import bind_reusable, make_listener
 from ..rendezvous.protocols import Carrier, Registered, Rendezvous
-from ..rendezvous.relay_connection import Aborted, PeerInfo, RelayError
+from ..rendezvous.relay_connection import Aborted, RelayError
 from ..rendezvous.urls import REDIS, display_url, parse
 from ..transport.engine import Engine
 from ..transport.options import TransportOptions
 from ..transport.requests import TransportError
-from ..transport.routes import PeerAddress, plan_routes
+from ..transport.routes import PeerAddress
 from ..util.retry import retry_until
 from ..wire.relay_protocol import Kind, abort_body
 from .spec import RankSpec, SpecError
@@ -252,24 +254,18 @@ def join(spec: RankSpec, connect_timeout: float = 10.0, options: TransportOption
         meeting.open(shared, connect_timeout)
         listener = make_listener(local_ip, port)
         registered = meeting.register(spec.rank, spec.incarnation, connect_timeout)
-        peers = meeting.wait_world(deadline)
+        meeting.wait_world(deadline)
         carrier = meeting.carrier()
     except BaseException:
         meeting.close()
         if listener is not None:
             listener.close()
         raise
-    world = _addresses(peers)
-    table = {r: list(a.endpoints) for r, a in world.items()}
+    # The world names no peer: the engine looks up the records of those it links to, through the carrier.
+    me = PeerAddress(registered.rank, (registered.local,), registered.observed, registered.probe)
     engine = Engine(
-        registered.rank, registered.size, spec.token.encode(), lambda r: table[r], listener,
-        options=options, routes=plan_routes(registered.rank, world), local_addr=(local_ip, port),
+        registered.rank, registered.size, spec.token.encode(), None, listener,
+        options=options, me=me, local_addr=(local_ip, port),
     )
     return RankSession(spec, registered.rank, registered.size, engine, carrier, meeting, registered)
 
-
-def _addresses(peers: list[PeerInfo]) -> dict[int, PeerAddress]:
-    return {
-        p.rank: PeerAddress(p.rank, tuple(tuple(e) for e in p.endpoints), tuple(p.observed), p.probe)  # type: ignore[arg-type]
-        for p in peers
-    }

@@ -15,13 +15,14 @@ import time
 from typing import Any
 
 from ..util.ranges import describe_ranks
-from ..wire.relay_protocol import Kind, abort_body, abort_cause, encode
+from ..wire.relay_protocol import Kind, abort_body, abort_cause, encode, lookup_ranks
 from .records import (
     Connection,
     Job,
     Member,
     Refused,
     live_job,
+    lookup_answer,
 )
 from .reconnect import Reconnection
 from .resume import JobResumption, parse_resume, wants_rejoin
@@ -133,6 +134,10 @@ class JobLifecycle(JobResumption, Reconnection):
             if links is not None:
                 event["links"] = links
             job.watcher.send(Kind.EVENT, event)
+        elif isinstance(role, Member) and kind is Kind.LOOKUP:
+            if not job.world_published:
+                raise Refused("protocol", "LOOKUP is for members of a job whose world is published")
+            role.conn.send(Kind.PEERS, lookup_answer(job, lookup_ranks(body)))
         elif isinstance(role, Member) and kind is Kind.RESYNCED:
             self._resynced(job, role, body)
         elif isinstance(role, Member) and kind is Kind.LINK:
@@ -151,16 +156,8 @@ class JobLifecycle(JobResumption, Reconnection):
         job.world_published = True
         if job.fill_timer is not None:
             job.fill_timer.cancel()
-        peers = [
-            {
-                "rank": m.rank,
-                "endpoints": [list(e) for e in m.endpoints],
-                "observed": list(m.observed),
-                "probe": list(m.probe) if m.probe else None,
-            }
-            for m in sorted(job.members.values(), key=lambda m: m.rank)
-        ]
-        world = encode(Kind.WORLD, {"size": job.size, "peers": peers})  # once: 1024 ranks make ~100 KB
+        # The size only: each rank looks up the peers it links to (LOOKUP), so the relay sends O(N) bytes in all.
+        world = encode(Kind.WORLD, {"size": job.size})
         beat = encode(Kind.HEARTBEAT, {})
         now = asyncio.get_running_loop().time()
         for m in job.members.values():

@@ -20,6 +20,8 @@ from ..wire.relay_protocol import (
     forward_header,
     parse_endpoint,
     parse_endpoints,
+    peer_record,
+    peers_answer,
 )
 from .dso.store import Store
 
@@ -178,3 +180,17 @@ def live_job(jobs: dict[str, Job], body: dict[str, Any]) -> Job:
     if not hmac.compare_digest(body["token"].encode(), job.token.encode()):
         raise Refused("auth", f"wrong token for job {job.id!r}")
     return job
+
+
+def lookup_answer(job: Job, ranks: list[int]) -> dict[str, Any]:
+    """The PEERS body answering a member's LOOKUP of `ranks`, from the job's member records."""
+    found, missing = [], {}
+    for r in dict.fromkeys(ranks):
+        member = job.members.get(r)
+        if not 0 <= r < job.size:
+            missing[r] = f"rank {r} is outside job {job.id!r} of {job.size} ranks"
+        elif member is None:
+            missing[r] = f"rank {r} has not joined job {job.id!r} again since the relay restarted"
+        else:
+            found.append(peer_record(member.rank, member.endpoints, member.observed, member.probe))
+    return peers_answer(found, missing)

@@ -3,8 +3,9 @@
 A launcher CREATEs a job (id, secret token, size) and watches it; ranks
 REGISTER into the job's rank slots with the token. The relay records the
 address each rank's connection came from (its public endpoint behind a NAT),
-and once every slot is taken it publishes the WORLD — every rank's endpoints
-— to all of them. It forwards aborts to every member, relays rank output,
+and once every slot is taken it publishes the WORLD — the job's size — to
+all of them; a rank then looks up (LOOKUP) the records of the peers it
+links to. It forwards aborts to every member, relays rank output,
 progress and link events to the launcher, tells members when one of them is
 lost, and fails a job that does not fill in time, naming the missing ranks.
 

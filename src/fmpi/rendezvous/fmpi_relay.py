@@ -22,7 +22,6 @@ from ..wire.relay_protocol import Kind
 from .protocols import Carrier, JobEvents, Registered
 from .relay_connection import (
     Aborted,
-    PeerInfo,
     RelayConnection,
     RelayError,
     observe,
@@ -73,7 +72,7 @@ class FmpiRelayRendezvous:
                                        nat=self._nat)
         return Registered(got, size, local, observed, self._probe, incarnation)
 
-    def wait_world(self, deadline: float) -> list[PeerInfo]:
+    def wait_world(self, deadline: float) -> int:
         return wait_world(self._opened()[0], deadline)
 
     def carrier(self) -> Carrier:

@@ -4,8 +4,8 @@ Ranks and the launcher of one process that name the same store meet in it.
 It keeps fmpi-relay's rules (a slot is taken once, the last registrant
 publishes the world, an unfilled world fails by its deadline naming the
 missing ranks) and, after the world, serves each rank's carrier from a
-socketpair: relayed chunks go to their destination, FINISHED / LINK /
-OUTPUT become launcher events, an ABORT reaches every rank and the launcher.
+socketpair: relayed chunks go to their destination, a LOOKUP is answered
+from the job's members, FINISHED / LINK / OUTPUT become launcher events, an ABORT reaches every rank and the launcher.
 Writes to a rank's carrier go through a queue and a thread of its own, so
 one slow reader never stalls the others.
 """
@@ -29,9 +29,11 @@ from ..wire.relay_protocol import (
     decode_body,
     encode,
     forward_header,
+    lookup_ranks,
+    peer_record,
+    peers_answer,
 )
 from .protocols import Carrier, JobEvents, Registered
-from .relay_connection import PeerInfo
 from .urls import parse
 
 _stores: dict[str, "_Store"] = {}
@@ -136,7 +138,7 @@ class MemoryRendezvous:
             job.any_slot.add(rank)
         return rank
 
-    def wait_world(self, deadline: float) -> list[PeerInfo]:
+    def wait_world(self, deadline: float) -> int:
         with self._store.cond:
             job = self._store.job(self.job)
             ready = self._store.cond.wait_for(lambda: job.state != "filling", max(0.0, deadline - time.monotonic()) + 5.0)
@@ -144,7 +146,7 @@ class MemoryRendezvous:
                 raise job.notice
             if not ready:
                 raise RelayError("the in-process rendezvous never published the world", "timeout")
-            return [PeerInfo(r, [m[1]], m[2]) for r, m in sorted(job.members.items())]
+            return job.size
 
     def carrier(self) -> Carrier:
         mine, theirs = socket.socketpair()
@@ -212,6 +214,9 @@ class _Serve:
         if kind is Kind.HEARTBEAT:
             return
         body = decode_body(kind, payload)
+        if kind is Kind.LOOKUP:
+            self.box.put(encode(Kind.PEERS, self._lookup(lookup_ranks(body))))
+            return
         if kind is Kind.ABORT:
             notice = {"code": int(body["code"]), "reason": str(body["reason"]), "rank": self.rank,
                       "cause": abort_cause(body.get("cause"))}
@@ -222,6 +227,18 @@ class _Serve:
             job.events.event("finished", {"rank": self.rank, "code": int(body["code"]), "links": body.get("links")})
         elif kind in (Kind.LINK, Kind.OUTPUT):
             job.events.event("link" if kind is Kind.LINK else "output", {**body, "rank": self.rank})
+
+
+    def _lookup(self, ranks: list[int]) -> dict[str, Any]:
+        job, found, missing = self.job, [], {}
+        with self.store.cond:
+            for r in dict.fromkeys(ranks):
+                member = job.members.get(r)
+                if member is None:
+                    missing[r] = f"rank {r} is outside a job of {job.size} ranks"
+                else:
+                    found.append(peer_record(r, [member[1]], member[2], None))
+        return peers_answer(found, missing)
 
 
 def abort(st: _Store, job: _Job, notice: dict[str, Any]) -> None:

@@ -7,8 +7,8 @@ the URL; nothing else looks at the scheme.
 
 After the world is out, a rank's backend hands the transport a *carrier*: a
 connected socket that speaks the fmpi-relay byte protocol (FORWARD chunks of
-relayed links, HEARTBEAT, FINISHED, ABORT, LINK, OUTPUT; ABORT and ERROR
-notices back). fmpi-relay's carrier is the registration connection itself;
+relayed links, HEARTBEAT, FINISHED, ABORT, LINK, OUTPUT, LOOKUP; ABORT,
+ERROR and PEERS back). fmpi-relay's carrier is the registration connection itself;
 Redis and memory serve the other end of a socketpair in-process. So the
 engine's heartbeats and the rank's abort and finalize notices travel the
 same way whatever the backend.
@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from ..wire.errors import Aborted, RelayError
-from .relay_connection import PeerInfo
 
 
 @dataclass(frozen=True)
@@ -72,8 +71,9 @@ class Rendezvous(Protocol):
         """Take slot `rank` (-1: any free one); RelayError if refused (duplicate, auth, bad_rank, closed...)."""
         ...
 
-    def wait_world(self, deadline: float) -> list[PeerInfo]:
-        """Block until every slot is taken; RelayError / Aborted if the job failed or was aborted first."""
+    def wait_world(self, deadline: float) -> int:
+        """Block until every slot is taken; the job's size. RelayError / Aborted if the job failed or was aborted
+        first. The world names no peer: the transport looks up those it links to (LOOKUP on the carrier)."""
         ...
 
     def carrier(self) -> Carrier:

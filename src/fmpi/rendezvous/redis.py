@@ -10,7 +10,8 @@ and no polling:
     fmpi:{J}:meta           hash: token (a verifier, see below), size, state (filling|running|over)
     fmpi:{J}:members        hash: rank -> {"incarnation", "sealed": the sealed endpoints and observed address,
                             "any": true if it holds the slot as a spare}
-    fmpi:{J}:inbox:R        list: what rank R is told (world, abort, error); R BLPOPs it
+    fmpi:{J}:inbox:R        list: what rank R is told (world, abort, error); R BLPOPs it. The world names
+                            no peer: a rank reads the records of those it links to (``RedisRank.lookup``)
     fmpi:{J}:events         list: what the launcher is told (joined, world, finished, output, abort)
     fmpi:{J}:mbox:R         list: relayed link chunks for rank R (see redis_mailbox.py)
     fmpi:{J}:finished       hash: rank -> exit code, once the rank finalized
@@ -40,13 +41,12 @@ from typing import Any, Callable
 
 from ..util.ranges import describe_ranks
 from ..wire.errors import Aborted, RelayError
-from ..wire.relay_protocol import abort_body
+from ..wire.relay_protocol import abort_body, peer_record, peers_answer
 from .redis_connect import connect, explain
 from .redis_keys import DEFAULT_TTL, job_pattern
 from .redis_keys import keys as _keys
 from .redis_scripts import NOTIFY_ALL, REGISTER
 from .redis_seal import ALL, CONTROL, LAUNCHER, MEMBER, JobKey, Opener, Refused, Sealer, refusal_notice
-from .relay_connection import PeerInfo
 from .urls import safe_url
 
 def _refusal(exc: Exception) -> RelayError:
@@ -222,7 +222,9 @@ class RedisRank:
         joined = sealer.seal_text(CONTROL, LAUNCHER, joined_body)
         joined_anywhere = joined if anywhere is sealer else anywhere.seal_text(CONTROL, LAUNCHER, joined_body)
         world = sealer.seal_text(CONTROL, LAUNCHER, b'{"type":"world"}')  # (after 'joined': the launcher opens them in order)
-        args = [self._keys["inbox"], self.key.join_proof(), rank, record, ttl, joined, world, spare, joined_anywhere]
+        world_notice = sealer.seal(CONTROL, ALL, b'{"kind":"world"}')
+        args = [self._keys["inbox"], self.key.join_proof(), rank, record, ttl, joined, world, spare, joined_anywhere,
+                world_notice]
         try:
             self.rank = int(self._register(keys=self._list(), args=args))
         except redis.ResponseError as exc:
@@ -233,34 +235,39 @@ class RedisRank:
         self.size = int(self._redis.hget(self._keys["meta"], "size"))
         return self.rank, self.size
 
-    def wait_world(self, deadline: float) -> list[PeerInfo]:
-        """The world, once the last rank registered; forged worlds and notices are refused (logged), not taken."""
+    def wait_world(self, deadline: float) -> int:
+        """The job's size, once the last rank registered; forged worlds and notices are refused (logged), not taken."""
         while True:
             remaining = max(0.1, deadline - time.monotonic()) + 5.0  # the launcher enforces the deadline
             item = self._inbox_conn.blpop([self._inbox()], timeout=remaining)
             if item is None:
                 raise RelayError(f"no world from Redis at {safe_url(self.url)} in time (is the launcher alive?)", "timeout")
             try:
-                if item[1][:1] == b"{":
-                    return self._world(_loads(item[1]))
-                self._raise_notice(self.open_notice(item[1]))
+                notice = self.open_notice(item[1])
+                if notice.get("kind") == "world":
+                    return self.size
+                self._raise_notice(notice)
             except Refused as exc:
                 self.refused.say(f"{exc} (on {self._inbox()})")
-            except (ValueError, KeyError, TypeError) as exc:  # not JSON, or a world that is not one
-                self.refused.say(f"a malformed world: {exc} (on {self._inbox()})")
+            except (ValueError, KeyError, TypeError) as exc:  # not JSON
+                self.refused.say(f"a malformed notice: {exc} (on {self._inbox()})")
 
-    def _world(self, notice: dict[str, Any]) -> list[PeerInfo]:
-        peers = notice["peers"]
-        if notice.get("kind") != "world" or [p["rank"] for p in peers] != list(range(self.size)):
-            raise Refused("a world that does not list every rank once")
-        world = []
-        for p in peers:
-            sender, plain = self.opener.open_text(MEMBER, p["member"]["sealed"], ALL, fresh=False)
-            if sender not in (-1, p["rank"]):
-                raise Refused(f"rank {sender}'s record in the slot of rank {p['rank']}")
-            place = json.loads(plain)
-            world.append(PeerInfo(p["rank"], [tuple(e) for e in place["endpoints"]], tuple(place["observed"])))
-        return world
+    def lookup(self, ranks: list[int]) -> dict[str, Any]:
+        """The PEERS body answering a LOOKUP of `ranks`: their records, one HMGET of the members hash, opened."""
+        wanted = list(dict.fromkeys(ranks))
+        inside = [r for r in wanted if 0 <= r < self.size]
+        missing = {r: f"rank {r} is outside a job of {self.size} ranks" for r in wanted if r not in inside}
+        found = []
+        for r, item in zip(inside, self._redis.hmget(self._keys["members"], inside) if inside else []):
+            try:
+                sender, plain = self.opener.open_text(MEMBER, _loads(item)["sealed"], ALL, fresh=False)
+                if sender not in (-1, r):
+                    raise Refused(f"rank {sender}'s record in the slot of rank {r}")
+                place = json.loads(plain)
+                found.append(peer_record(r, [tuple(e) for e in place["endpoints"]], tuple(place["observed"]), None))
+            except (Refused, ValueError, KeyError, TypeError) as exc:  # (None: the job's keys are gone)
+                missing[r] = f"no valid record of rank {r} in Redis ({exc or 'none'})"
+        return peers_answer(found, missing)
 
     def open_notice(self, item: bytes) -> dict[str, Any]:
         """A notice of this rank's inbox (for it, or for every rank), opened; Refused if it is not ours."""

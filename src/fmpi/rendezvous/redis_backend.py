@@ -16,7 +16,6 @@ from .protocols import Carrier, JobEvents, Registered
 from .redis import RedisJob, RedisRank
 from .redis_bridge import RedisBridge
 from .redis_connect import source_ip
-from .relay_connection import PeerInfo
 
 
 class RedisRendezvous:
@@ -44,7 +43,7 @@ class RedisRendezvous:
         assert member.observed is not None
         return Registered(got, size, local, member.observed, None, incarnation)
 
-    def wait_world(self, deadline: float) -> list[PeerInfo]:
+    def wait_world(self, deadline: float) -> int:
         return self._opened()[0].wait_world(deadline)
 
     def carrier(self) -> Carrier:

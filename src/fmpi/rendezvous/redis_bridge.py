@@ -7,8 +7,9 @@ serves the other end as fmpi-relay would, with Redis behind it:
 
 * uplink thread (engine -> Redis): reads frames from the socketpair.
   FORWARD chunks are RPUSHed to the destination's mailbox (per-destination
-  batches, one script call each, order kept); FINISHED / OUTPUT / LINK
-  become launcher events; ABORT is published to every rank's inbox.
+  batches, one script call each, order kept); a LOOKUP is answered from
+  the job's members hash (PEERS); FINISHED / OUTPUT / LINK become launcher
+  events; ABORT is published to every rank's inbox.
   A chunk for a rank that finalized comes back as one UNDELIVERABLE, as
   fmpi-relay answers.
 * downlink thread (Redis -> engine): blocking pops on the rank's inbox and
@@ -40,6 +41,7 @@ from ..wire.relay_protocol import (
     decode_body,
     encode,
     forward_header,
+    lookup_ranks,
 )
 from .redis import RedisRank
 from .redis_connect import explain
@@ -137,6 +139,8 @@ class RedisBridge:
             self._box.finished(int(body["code"]), body.get("links"))
         elif kind is Kind.OUTPUT:
             self._box.event({"type": "output", "stream": body["stream"], "data": body["data"]})
+        elif kind is Kind.LOOKUP:
+            self._tell(Kind.PEERS, self._member.lookup(lookup_ranks(body)))
         elif kind is Kind.LINK:
             self._box.event({
                 "type": "link", "peer": body["peer"], "kind": body["kind"], "seconds": body["seconds"],

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 # KEYS: meta, members, events. ARGV: inbox prefix, join proof, rank (-1 = any), record json, ttl,
 # sealed proofs of the 'joined' and (used if this rank completes the world) 'world' events, then the record and
-# 'joined' proof sealed as "any rank" (used if the rank holds a slot not its own: as a spare, or moved by one)
+# 'joined' proof sealed as "any rank" (used if the rank holds a slot not its own: as a spare, or moved by one),
+# then the sealed world notice every rank's inbox gets if this rank completes the world (it names no peer: ranks
+# read the records of the peers they link to from the members hash, RedisRank.lookup)
 REGISTER = """
 local meta, members, events = KEYS[1], KEYS[2], KEYS[3]
 local prefix, proof, rank, record, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], tonumber(ARGV[5])
@@ -30,19 +32,25 @@ local function joined_once()
     end
   end
 end
-local free = -1
-for r = 0, size - 1 do
-  if redis.call('HEXISTS', members, r) == 0 then free = r break end
+-- the lowest free slot, looked for only by a rank that needs one (a scan of every slot per join is O(N^2) in all)
+local function first_free()
+  for r = 0, size - 1 do
+    if redis.call('HEXISTS', members, r) == 0 then return r end
+  end
+  return -1
 end
 local any = rank == -1
+local free = -1
 if any then
   local refused = joined_once()
   if refused then return refused end
+  free = first_free()
   if free == -1 then return redis.error_reply('duplicate the job is full') end
   rank = free
 end
 if rank < 0 or rank >= size then return redis.error_reply('bad_rank rank ' .. rank .. ' is outside a job of ' .. size .. ' ranks') end
 local taken = redis.call('HGET', members, rank)
+if taken and cjson.decode(taken)['any'] then free = first_free() end
 if taken and free ~= -1 and cjson.decode(taken)['any'] then
   -- a spare that started first holds this slot: take a free one, and hold it as a spare does
   local refused = joined_once()
@@ -60,13 +68,8 @@ redis.call('RPUSH', events, cjson.encode({type='joined', rank=rank, joined=joine
 redis.call('EXPIRE', events, ttl)
 if joined == size then
   redis.call('HSET', meta, 'state', 'running')
-  local peers = {}
   for r = 0, size - 1 do
-    peers[#peers + 1] = '{"rank":' .. r .. ',"member":' .. redis.call('HGET', members, r) .. '}'
-  end
-  local world = '{"kind":"world","size":' .. size .. ',"peers":[' .. table.concat(peers, ',') .. ']}'
-  for r = 0, size - 1 do
-    redis.call('RPUSH', prefix .. r, world)
+    redis.call('RPUSH', prefix .. r, ARGV[10])
     redis.call('EXPIRE', prefix .. r, ttl)
   end
   redis.call('RPUSH', events, cjson.encode({type='world', proof=ARGV[7]}))

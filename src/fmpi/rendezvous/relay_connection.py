@@ -11,7 +11,6 @@ from __future__ import annotations
 import socket
 import ssl
 import time
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from .. import settings
@@ -52,14 +51,6 @@ def _wrap_tls(sock: socket.socket, url: str, host: str) -> ssl.SSLSocket:
         ) from None
     except (OSError, socket.timeout) as exc:
         raise RelayError(f"cannot reach the relay at {url}: the TLS handshake failed: {exc or 'timed out'}", "tls") from None
-
-
-@dataclass(frozen=True)
-class PeerInfo:
-    rank: int
-    endpoints: list[tuple[str, int]]
-    observed: tuple[str, int]
-    probe: tuple[str, int] | None = None  # where the relay's probe port saw it (NAT type detection)
 
 
 class RelayConnection:
@@ -314,14 +305,14 @@ def register(
     return body["rank"], body["size"], (body["observed"][0], body["observed"][1])
 
 
-def wait_world(conn: RelayConnection, deadline: float) -> list[PeerInfo]:
-    """Block until the relay publishes the world (or fails the job)."""
+def wait_world(conn: RelayConnection, deadline: float) -> int:
+    """Block until the relay publishes the world (or fails the job); the job's size."""
     remaining = max(0.0, deadline - time.monotonic())
     try:
         body = conn.expect(Kind.WORLD, remaining + 5.0)  # the relay enforces the deadline; this is a backstop
     except socket.timeout:
         raise RelayError("the relay never published the world", "timeout") from None
-    return [
-        PeerInfo(p["rank"], [tuple(e) for e in p["endpoints"]], tuple(p["observed"]), tuple(p["probe"]) if p.get("probe") else None)
-        for p in body["peers"]
-    ]
+    size = body.get("size")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        raise RelayError(f"the relay at {conn.url} sent a world without a valid size", "protocol")
+    return size

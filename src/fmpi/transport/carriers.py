@@ -207,7 +207,7 @@ class Carriers:
         peer.state = PeerState.RELAYED
         peer.kind = "relayed"
         if old is None and not peer.why:
-            peer.why = self.linker.why_relayed(peer)
+            peer.why = self.linker.directory.why_relayed(peer)
         self.linker.cancel_punch(rank)
         peer.stream.detach()
         self._sender.via_relay(peer, "resume")

@@ -46,6 +46,7 @@ from .carriers import Carriers
 from .core import Core, RelayHandler
 from .finalize import finalize
 from .links.held_link import HeldLinks
+from .links.directory import Directory
 from .links.linkup import Linker
 from .links.shm_lane import NO_KEY, host_key
 from .matching import ANY_SOURCE
@@ -56,7 +57,7 @@ from .receiving import Receiver
 from .relay_channel import RelayChannel
 from .relayed import Relayed
 from .requests import Op, RecvOp, SendOp, TransportError
-from .routes import Route
+from .routes import PeerAddress
 from .sending import Sender
 from .waiting import Waiter
 
@@ -72,13 +73,13 @@ class Engine:
         rank: int,
         size: int,
         secret: bytes,
-        endpoints: Callable[[int], Sequence[Endpoint]],
+        endpoints: Callable[[int], Sequence[Endpoint]] | None,
         listener: socket.socket | None,
         *,
         connect_timeout: float = 10.0,
         retry_after_tie: float = 2.0,
         options: TransportOptions | None = None,
-        routes: dict[int, Route] | None = None,
+        me: PeerAddress | None = None,
         local_addr: Endpoint | None = None,
     ) -> None:
         options = options or TransportOptions(connect_timeout=connect_timeout, retry_after_tie=retry_after_tie)
@@ -90,14 +91,15 @@ class Engine:
         core = self.core = Core(rank, size, options, f"fmpi-progress-{rank}")
         self._sender = Sender(core)
         carriers = self._carriers = Carriers(core, self._sender)
-        self._linker = Linker(
-            core, carriers, self._sender.via_relay, secret, self.host_key, endpoints, routes, local_addr
-        )
+        # With this rank's own record (`me`), peers' routes are planned from their records, looked up through
+        # the relay when first needed; without it, from `endpoints` (a plain connect).
+        directory = Directory(core, me, endpoints, self._sender.want_write, local_addr)
+        self._linker = Linker(core, carriers, self._sender.via_relay, secret, self.host_key, directory, local_addr)
         self._receiver = Receiver(
             core, self._sender, carriers.on_resume, self._linker.on_punch_request, self._diagnose
         )
         carriers.attach(self._receiver, self._linker)
-        self._relayed = Relayed(core, self._sender, self._receiver, carriers)
+        self._relayed = Relayed(core, self._sender, self._receiver, carriers, self._linker.on_peers, directory.ask_again)
         self.waiter = Waiter(core, self._receiver, self._sender, lambda link: carriers.on_link_event(link, READ))
         self.waits = self.waiter.waits  # what each blocked thread waits for (FMPI_TIMEOUT diagnosis)
         self._held = HeldLinks(core, self.waiter, self._sender, self.wait)
@@ -319,6 +321,10 @@ class Engine:
         with self.core.lock:
             states = [p.state for p in self.core.peers.values()]
         return {s.name.lower(): states.count(s) for s in PeerState if states.count(s)}
+
+    def looked_up(self) -> list[int]:
+        """The peers whose records this rank looked up through the rendezvous (only those it linked to)."""
+        return self._linker.directory.looked_up()
 
     def traffic(self) -> dict[str, int]:
         """Bytes this rank sent and received over TCP links and the relay connection (and over the relay alone), so far."""

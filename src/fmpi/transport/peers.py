@@ -44,6 +44,7 @@ class Peer:
         "accepting",
         "tie_wait_until",
         "punch_wanted",
+        "lookup",
         "errors",
         "setup_started",
         "awaiting_resume",
@@ -71,6 +72,7 @@ class Peer:
         self.accepting = False  # this side answered a HELLO with ACCEPT and awaits CONFIRM
         self.tie_wait_until = 0.0  # the peer said its own connection wins: wait for it until then
         self.punch_wanted = False  # the peer asked us to punch while another step ran
+        self.lookup = ""  # "active" / "passive": the set-up waits for the peer's record (links/directory.py)
         self.errors: list[str] = []
         self.setup_started: float | None = None
         self.awaiting_resume = False  # we said RESUME through the relay and wait for the peer's

@@ -2,7 +2,8 @@
 
 The rank's registered relay connection (``relay_channel.RelayChannel``)
 carries the job's control frames (aborts, a peer lost, an undeliverable
-FORWARD: passed to the rank's session, the ``RelayHandler``), heartbeats
+FORWARD: passed to the rank's session, the ``RelayHandler``), the answers to
+the linker's lookups of peers' records (PEERS), heartbeats
 both ways, and the pair streams that go through the relay (FORWARD chunks,
 reassembled per peer here and handed to the receiver). A relay connection
 made again (the relay restarted, or the old connection broke) is adopted
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import socket
 import time
-from typing import Any
+from typing import Any, Callable
 
 from ..wire.rank_frames import FrameError
 from ..wire.relay_protocol import Kind as RelayKind
@@ -35,8 +36,13 @@ class Relayed:
     """The relay connection's events. It owns the per-peer assemblers of relayed streams and the time
     of the last heartbeat."""
 
-    def __init__(self, core: Core, sender: Sender, receiver: Receiver, carriers: Carriers) -> None:
+    def __init__(
+        self, core: Core, sender: Sender, receiver: Receiver, carriers: Carriers,
+        on_peers: Callable[[dict[str, Any]], None], ask_again: Callable[[], None],
+    ) -> None:
         self._core = core
+        self._on_peers = on_peers  # a PEERS answer to the linker's lookups
+        self._ask_again = ask_again  # lookups the old relay connection carried, asked again on the new one
         self._sender = sender
         self._receiver = receiver
         self._carriers = carriers
@@ -82,6 +88,7 @@ class Relayed:
         if old is not None:
             old.sock.close()
         self._register_relay(channel)
+        self._ask_again()
         with core.lock:
             for peer in core.peers.values():
                 if peer.state is PeerState.RELAYED:
@@ -182,6 +189,9 @@ class Relayed:
         if kind is RelayKind.HEARTBEAT:
             assert core.relay is not None
             core.relay.beats_heard = True
+            return
+        if kind is RelayKind.PEERS:
+            self._on_peers(body)
             return
         if kind in (RelayKind.UNDELIVERABLE, RelayKind.PEER_LOST, RelayKind.PEER_BACK):
             rank = body.get("rank")

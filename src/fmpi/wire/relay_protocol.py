@@ -5,6 +5,10 @@ network order) + body. Control bodies are UTF-8 JSON objects, validated
 against the field table below before anything acts on them. Nothing on this
 wire is ever unpickled: the relay talks to strangers on the internet.
 
+WORLD carries the job's size only; a rank looks up the peers it links to
+(LOOKUP / PEERS, below), so what the relay sends grows O(N) with the job,
+not O(N^2).
+
 FORWARD frames are the exception: binary, for relayed links. Their body is a
 rank (i32, network order) followed by raw bytes of the fmpi frame stream
 between two ranks, cut into chunks of any size up to the frame limit. From a
@@ -25,7 +29,7 @@ HEADER = struct.Struct("!BBHI")
 HEADER_SIZE = HEADER.size
 
 # What a relay accepts from a client by default; the relay's own frames
-# (a world table of thousands of ranks) may be larger.
+# (a PEERS answer to a long LOOKUP, a DSO reply) may be larger.
 MAX_CLIENT_FRAME = 1 << 20
 MAX_SERVER_FRAME = 64 << 20
 
@@ -42,6 +46,7 @@ class Kind(enum.IntEnum):
     LINK = 14  # a link to a peer came up or failed over (reported to the launcher)
     HEARTBEAT = 15  # rank <-> relay, every second: "still here" (a dead host behind a NAT sends no FIN)
     RESYNCED = 16  # answer to PEER_BACK: this rank's FORWARDs to that rank start at a frame boundary from here
+    LOOKUP = 17  # after the world: the records (endpoints, observed, probe) of these ranks, please
     # either -> relay
     ABORT = 20
     # relay -> client
@@ -54,6 +59,7 @@ class Kind(enum.IntEnum):
     PEER_LOST = 36  # a member of the job left without finalizing
     OBSERVED = 37  # answer to OBSERVE (and what the probe port says to any connection)
     PEER_BACK = 38  # a member reconnected after its connection broke: its relayed stream starts over
+    PEERS = 39  # answer to LOOKUP: the records found, and why the others are not
     # rank <-> relay <-> rank
     FORWARD = 40  # binary: rank (i32) + a chunk of a relayed link's byte stream
     # distributed shared objects (relay_server/dso/store.py)
@@ -80,6 +86,7 @@ _FIELDS: dict[Kind, dict[str, type | tuple[type, ...]]] = {
     Kind.ABORT: {"code": int, "reason": str},
     Kind.LINK: {"peer": int, "kind": str, "seconds": (int, float)},
     Kind.RESYNCED: {"rank": int},
+    Kind.LOOKUP: {"ranks": list},
     Kind.DSO_CREATE: {"job": str, "token": str},
     Kind.DSO_ATTACH: {"job": str, "token": str},
 }
@@ -169,6 +176,60 @@ def parse_endpoints(raw: list) -> list[tuple[str, int]]:
             raise ProtocolError(f"invalid endpoint {item!r}")
         endpoints.append((item[0], item[1]))
     return endpoints
+
+
+# ------------------------------------------------------------- world and lookups
+# WORLD says only the job's size (O(1) bytes per rank, O(N) for the relay in all; a table of every peer for every
+# rank was O(N^2)). A rank asks for the records of the peers it links to when it first needs them (links are
+# lazy): LOOKUP {"ranks": [...]}, at most MAX_LOOKUP a frame, answered by PEERS {"peers": [record, ...],
+# "missing": [{"rank", "reason"}, ...]}.
+MAX_LOOKUP = 4096
+
+Endpoint = tuple[str, int]
+PeerRecord = tuple[int, list[Endpoint], Endpoint, "Endpoint | None"]  # rank, endpoints, observed, probe
+
+
+def peer_record(rank: int, endpoints: list[Endpoint], observed: Endpoint, probe: Endpoint | None) -> dict[str, Any]:
+    """One rank's record in a PEERS answer: where it listens, where the rendezvous saw it, where the probe port did."""
+    record: dict[str, Any] = {"rank": rank, "endpoints": [list(e) for e in endpoints], "observed": list(observed)}
+    if probe:
+        record["probe"] = list(probe)
+    return record
+
+
+def lookup_ranks(body: dict[str, Any]) -> list[int]:
+    """The ranks a LOOKUP asks for, checked."""
+    ranks = body["ranks"]
+    if len(ranks) > MAX_LOOKUP or not all(isinstance(r, int) and not isinstance(r, bool) for r in ranks):
+        raise ProtocolError(f"LOOKUP needs a list of at most {MAX_LOOKUP} ranks")
+    return ranks
+
+
+def peers_answer(found: list[dict[str, Any]], missing: dict[int, str]) -> dict[str, Any]:
+    """The body of a PEERS frame: `found` records (``peer_record``), and rank -> why it has no record."""
+    return {"peers": found, "missing": [{"rank": r, "reason": why} for r, why in missing.items()]}
+
+
+def parse_peers(body: dict[str, Any]) -> tuple[list[PeerRecord], dict[int, str]]:
+    """A PEERS answer: its records and its missing ranks (rank -> why), checked."""
+    found, missing = body.get("peers"), body.get("missing", [])
+    if not isinstance(found, list) or not isinstance(missing, list):
+        raise ProtocolError("PEERS needs lists of peers and missing ranks")
+    records: list[PeerRecord] = []
+    try:
+        for p in found:
+            probe = parse_endpoint(p["probe"]) if p.get("probe") is not None else None
+            records.append((_rank(p["rank"]), parse_endpoints(p["endpoints"]), parse_endpoint(p["observed"]), probe))
+        why = {_rank(m["rank"]): str(m.get("reason", "no record"))[:300] for m in missing}
+    except (KeyError, TypeError, AttributeError):
+        raise ProtocolError("PEERS with a malformed record") from None
+    return records, why
+
+
+def _rank(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ProtocolError(f"a rank must be an integer, not {value!r}")
+    return value
 
 
 def _type_name(typ: type | tuple[type, ...]) -> str:

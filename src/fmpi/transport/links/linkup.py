@@ -1,16 +1,18 @@
 """Bringing up the link to a peer: plain connect, hole punch, or the relay, and the handshakes.
 
-Links are lazy. The first send to a peer loads the pair's plan (``routes``):
-for example ``["punch", "relay"]`` for two ranks behind different NATs. Steps
-run one after the other until one yields an authenticated connection; the
-last resort is the relay, which always works while both ranks live.
+Links are lazy. The first send to a peer loads the pair's plan (``routes``),
+from the peer's record, looked up through the relay first if need be
+(``directory.py``): for example ``["punch", "relay"]`` for two ranks behind
+different NATs. Steps run one after the other until one yields an
+authenticated connection; the last resort is the relay, which always works
+while both ranks live.
 
 Punch coordination. A TCP hole punch only works when both ends send SYNs at
 about the same time. The side that needs the link (a) sends a PUNCH frame to
 the peer (b) through the relay and starts punching at once; b starts when the
-PUNCH arrives, one relay hop later (well within the 3 s punch deadline, and
-behind NATs that drop unsolicited SYNs the late side connects about one
-round trip after it starts). Links stay lazy: nobody punches a peer it was
+PUNCH arrives, one relay hop later, or two if b must look a's record up (well
+within the 3 s punch deadline; behind NATs that drop unsolicited SYNs the late
+side connects about one round trip after it starts). Links stay lazy: nobody punches a peer it was
 not asked for. A request punches at once; requests that arrive within
 ``punch_gather`` of the last batch's start are gathered and punched by one
 ``punch_many`` call (one selector loop for all of them, no thread per peer),
@@ -42,14 +44,14 @@ from __future__ import annotations
 
 import socket
 import time
-from typing import Callable, Protocol, Sequence
+from typing import Any, Callable, Protocol
 
 from ...natpunch.simultaneous_open import PunchCancel, PunchResult, punch_many
 from ..core import Core
 from ..peers import Peer, PeerState
 from ..requests import TransportError
-from ..routes import Route
 from .acceptor import Acceptor
+from .directory import Directory
 from .handshake import HandshakeError, Verdict, initiate
 
 Endpoint = tuple[str, int]
@@ -74,8 +76,7 @@ class Linker:
         via_relay: Callable[[Peer, str], None],
         secret: bytes,
         host_key: bytes,
-        endpoints: Callable[[int], Sequence[Endpoint]],
-        routes: dict[int, Route] | None,
+        directory: Directory,
         local_addr: Endpoint | None,
     ) -> None:
         self._core = core
@@ -84,8 +85,7 @@ class Linker:
         self._via_relay = via_relay  # a PUNCH request to the peer through the relay (``Sender.via_relay``)
         self._secret = secret
         self._host_key = host_key  # sent in every handshake: peers with the same key get shared-memory lanes
-        self._endpoints = endpoints
-        self._routes = routes or {}
+        self.directory = directory  # the routes to peers, looked up when first needed
         self._local = local_addr
         self._batches: dict[float, dict[int, list[Endpoint]]] = {}  # punch deadline (s) -> peers to punch together
         self._cancels: dict[int, PunchCancel] = {}
@@ -93,24 +93,6 @@ class Linker:
         self._stopped = False
 
     # ================================================================ plans
-    def route(self, rank: int) -> Route:
-        route = self._routes.get(rank)
-        if route is None:
-            route = Route(direct=tuple(self._endpoints(rank)), punch=(), punchable=False)
-        return route
-
-    def _usable(self, rank: int, steps: list[str]) -> list[str]:
-        """Drop steps this engine cannot run: without a relay there is no punch coordination and no relaying."""
-        has_relay = self._core.relay is not None
-        out = []
-        for step in steps:
-            if step == "relay" and not has_relay:
-                continue
-            if step == "punch" and (not has_relay or self._local is None or not self.route(rank).punch):
-                continue
-            out.append(step)
-        return out
-
     def _begin(self, peer: Peer) -> None:
         peer.state = PeerState.SETUP
         peer.setup_started = time.monotonic()
@@ -119,11 +101,42 @@ class Linker:
         peer.errors = []
         peer.tie_wait_until = 0.0
         peer.punch_wanted = False
+        peer.lookup = ""
 
     def _load_plan(self, peer: Peer) -> None:
+        if self._unknown(peer, "active"):
+            return
         peer.planned = True
-        steps = self._usable(peer.rank, self.route(peer.rank).steps(self._core.options.channel))
-        peer.steps = [s for s in steps if s != peer.running]
+        peer.steps = [s for s in self.directory.steps(peer.rank) if s != peer.running]
+
+    def _passive_plan(self, peer: Peer) -> None:
+        if not self._unknown(peer, "passive"):
+            peer.steps = self.directory.steps(peer.rank, passive=True)
+
+    def _unknown(self, peer: Peer, side: str) -> bool:
+        """Without the peer's record, park it (`side` of the set-up) until the lookup is answered (relay-only: no need)."""
+        if self.directory.route(peer.rank) is not None or self._core.options.channel == "relay":
+            return False
+        if side == "active" or not peer.lookup:
+            peer.lookup = side  # (a peer only answered so far, and now needed, gets its own plan)
+        self.directory.ask(peer.rank)
+        return True
+
+    def on_peers(self, body: dict[str, Any]) -> None:
+        """The relay answered a LOOKUP (progress thread): the parked peers it tells of go on with their set-up."""
+        core = self._core
+        with core.lock:
+            for rank in self.directory.answer(body):
+                peer = core.peers.get(rank)
+                if peer is None or not peer.lookup:
+                    continue
+                side, peer.lookup = peer.lookup, ""
+                if peer.state is not PeerState.SETUP:  # (the peer's own connection came first)
+                    continue
+                if rank in self.directory.missing:
+                    peer.errors.append(self.directory.missing[rank])
+                self._passive_plan(peer) if side == "passive" else self._load_plan(peer)
+                self.advance(peer)
 
     # ============================================ triggers (engine lock held)
     def need(self, peer: Peer) -> None:
@@ -147,16 +160,6 @@ class Linker:
         peer.accepting = True
         return Verdict.ACCEPT
 
-    def why_relayed(self, peer: Peer) -> str:
-        """Why this pair goes through the relay, in a few words (lock held)."""
-        if self._core.options.channel == "relay":
-            return "FMPI_CHANNEL=relay"
-        if self.route(peer.rank).doomed:
-            return "symmetric NAT, neither end public"
-        if peer.errors:
-            return peer.errors[-1].split(":", 1)[0]  # (the step that failed last, without its details)
-        return f"rank {peer.rank} could not link over TCP"
-
     def cancel_punch(self, rank: int) -> None:
         cancel = self._cancels.pop(rank, None)
         if cancel is not None:
@@ -172,7 +175,7 @@ class Linker:
         """Start the next step when nothing is in progress any more."""
         if peer.state is not PeerState.SETUP or self._stopped:
             return
-        if peer.running or peer.handshakes_out or peer.accepting:
+        if peer.running or peer.handshakes_out or peer.accepting or peer.lookup:
             return
         now = time.monotonic()
         if peer.tie_wait_until > now:
@@ -183,7 +186,7 @@ class Linker:
             peer.punch_wanted = False
             if "punch" in peer.steps:
                 peer.steps.remove("punch")
-            if self._usable(peer.rank, ["punch"]):
+            if self.directory.usable(peer.rank, ["punch"]):
                 peer.steps.insert(0, "punch")
         if not peer.steps and not peer.planned and peer.stream.pending():
             self._load_plan(peer)
@@ -199,7 +202,7 @@ class Linker:
             self._events.go_relay_locked(peer)
         elif step == "direct":
             peer.running = "direct"
-            endpoints = list(self.route(peer.rank).direct) or list(self.route(peer.rank).punch)
+            endpoints = list(self.directory.plan(peer.rank).direct) or list(self.directory.plan(peer.rank).punch)
             self._core.pool.submit(self._direct, peer.rank, endpoints)
         elif step == "punch":
             self._start_punch(peer)
@@ -222,7 +225,8 @@ class Linker:
                 try:
                     sock = socket.create_connection(endpoint, timeout=core.options.direct_timeout)
                 except OSError as exc:
-                    self._note(rank, f"connect {where}: {exc.strerror or exc}")
+                    with core.lock:
+                        core.peers[rank].errors.append(f"connect {where}: {exc.strerror or exc}")
                     continue
                 if self._initiate(rank, sock, "direct", where):
                     return
@@ -243,7 +247,7 @@ class Linker:
             peer = core.peer(rank)
             if peer.state is PeerState.NONE:
                 self._begin(peer)
-                peer.steps = self._usable(rank, self.route(rank).passive_steps(core.options.channel))
+                self._passive_plan(peer)
                 self.advance(peer)
             elif peer.state is PeerState.SETUP and peer.running != "punch":
                 peer.punch_wanted = True
@@ -255,7 +259,7 @@ class Linker:
         if peer.planned:
             # Ask the peer to punch towards us too (it ignores this if it already is).
             self._via_relay(peer, "punch")
-        route = self.route(peer.rank)
+        route = self.directory.plan(peer.rank)
         timeout = core.options.punch_timeout
         if route.unsure and core.options.channel == "auto":
             timeout = min(timeout, core.options.unsure_punch_timeout)  # (the relay is next: do not wait long)
@@ -307,7 +311,7 @@ class Linker:
 
     def _punch_failed(self, rank: int, reason: str) -> None:
         core = self._core
-        doomed = self.route(rank).doomed
+        doomed = self.directory.plan(rank).doomed
         if doomed and core.options.channel == "punch":
             reason = f"FMPI_CHANNEL=punch, but {doomed}: a hole punch cannot work ({reason})"
         with core.lock:
@@ -394,7 +398,3 @@ class Linker:
             peer = self._core.peers[src]
             peer.accepting = False
             self.advance(peer)
-
-    def _note(self, rank: int, error: str) -> None:
-        with self._core.lock:
-            self._core.peers[rank].errors.append(error)
