@@ -68,6 +68,24 @@ def mpich():
     return run_mpich
 
 
+@pytest.fixture
+def as_under_mpich(program):
+    """as_under_mpich(source, n, *args) -> fmpi's Run: the differential check most compat tests make. The
+    program runs under fmpirun and under MPICH's mpiexec; both must succeed and print the same lines (in
+    any order across ranks)."""
+
+    def check(source: str, n: int, *args: str):
+        path = program(source)
+        mine = run_fmpi(n, path, *args)
+        assert mine.returncode == 0, mine.stderr[-3000:]
+        ref = run_mpich(n, path, *args)
+        assert ref.returncode == 0, ref.stderr[-3000:]
+        assert mine.sorted_lines() == ref.sorted_lines()
+        return mine
+
+    return check
+
+
 # ---------------------------------------------------------------- a real redis-server (module-scoped)
 @pytest.fixture(scope="module")
 def redis_server():

@@ -185,3 +185,13 @@ def outcome(label, call):
         kinds = (KeyError, IndexError, BufferError, TypeError, ValueError, RuntimeWarning, NotImplementedError)
         out.append((label, next((k.__name__ for k in kinds if isinstance(e, k)), type(e).__name__)))
 """
+
+
+def unset_for_the_test(monkeypatch, *names: str) -> None:
+    """Remove the environment variables `names` for one test, and remove them again afterwards whatever the
+    test set: code under test may set them for the rest of its process (``lambda_backend.aws.connect``
+    does), and ``monkeypatch.delenv`` restores only the variables that existed (the rest leaked into the
+    next tests of the worker: AWS_PROFILE=work made later Lambda tests fail with ProfileNotFound)."""
+    for name in names:
+        monkeypatch.setenv(name, "")  # (records "absent" as the value to put back)
+        monkeypatch.delenv(name)

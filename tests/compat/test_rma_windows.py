@@ -149,13 +149,8 @@ win.Free()
 
 
 @pytest.mark.parametrize("n", [1, 3])
-def test_window_operations_as_under_mpich(program, fmpi, mpich, n):
-    path = program(OPERATIONS)
-    mine = fmpi(n, path)
-    assert mine.returncode == 0, mine.stderr[-3000:]
-    ref = mpich(n, path)
-    assert ref.returncode == 0, ref.stderr[-3000:]
-    assert mine.sorted_lines() == ref.sorted_lines()
+def test_window_operations_as_under_mpich(as_under_mpich, n):
+    mine = as_under_mpich(OPERATIONS, n)
     assert "fetch_and_op draws each ticket once True" in mine.lines() and len(mine.lines()) == 8 + 3 * n
 
 

@@ -54,15 +54,10 @@ os.write(1, "".join(f"{comm.rank} {item!r}\n" for item in out).encode())
 
 
 @pytest.mark.parametrize("n", [1, 2])
-def test_user_operations_as_under_mpich(program, fmpi, mpich, n):
+def test_user_operations_as_under_mpich(as_under_mpich, n):
     """Fails on the old code: the function got a memoryview (ValueError on ``b[:] = array``) and there was
     no limit of 32 user operations."""
-    path = program(USER_OPS)
-    mine = fmpi(n, path)
-    assert mine.returncode == 0, mine.stderr[-3000:]
-    ref = mpich(n, path)
-    assert ref.returncode == 0, ref.stderr[-3000:]
-    assert mine.sorted_lines() == ref.sorted_lines()
+    as_under_mpich(USER_OPS, n)
 
 
 RAISING_OP = r"""import array, sys

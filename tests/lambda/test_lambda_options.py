@@ -8,6 +8,7 @@ import pytest
 
 from fmpi.launcher.cli import build_parser
 from fmpi.launcher.lambda_backend.aws import LambdaError, connect
+from tests_support import unset_for_the_test
 from fmpi.launcher.lambda_backend.join_failures import parse
 from fmpi.launcher.lambda_backend.options import UsageError, rank_environment, relay_plan
 from fmpi.launcher.lambda_backend.preflight import check_advertised
@@ -20,9 +21,8 @@ def aws_files(tmp_path, monkeypatch):
     config.write_text("[default]\nregion = eu-west-1\n[profile work]\nregion = eu-central-1\n")
     credentials.write_text("[default]\naws_access_key_id = AKIDEFAULT\naws_secret_access_key = s\n"
                            "[work]\naws_access_key_id = AKIWORK\naws_secret_access_key = s\n")
-    for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-                 "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
-        monkeypatch.delenv(name, raising=False)
+    unset_for_the_test(monkeypatch, "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_ACCESS_KEY_ID",
+                       "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL")
     monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from lambda_testing import HERE, PROGRAMS
+from tests_support import unset_for_the_test
 
 from fmpi.lambda_runtime.event import (
     EventError,
@@ -374,9 +375,8 @@ def test_localstack_backend_defaults_to_localhost_4566(monkeypatch):
 
     # Nothing from this machine may choose the endpoint, the region or the credentials.
     # (connect() also sets some of them for the rest of the process: monkeypatch puts them back afterwards)
-    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_LAMBDA", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE",
-                 "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        monkeypatch.delenv(name, raising=False)
+    unset_for_the_test(monkeypatch, "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_LAMBDA", "AWS_REGION", "AWS_DEFAULT_REGION",
+                       "AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
     monkeypatch.setenv("AWS_CONFIG_FILE", os.devnull)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", os.devnull)
     target = aws.connect("localstack", None, None, None)
