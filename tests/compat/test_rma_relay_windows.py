@@ -151,3 +151,31 @@ def test_relay_memory_without_an_fmpi_relay_is_refused_at_creation(program, redi
     alone = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=60,
                            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "src" / "fmpi" / "rank" / "shim")})
     assert alone.stdout.splitlines() == ["refused True", "local True"], alone.stderr[-3000:]
+
+
+OVER_QUOTA = r"""
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+info = MPI.Info.Create()
+info.Set("fmpi_memory", "relay")
+try:
+    MPI.Win.Allocate((2 << 20) if comm.rank == 0 else 0, info=info, comm=comm)
+except MPI.Exception as exc:
+    print(comm.rank, "refused", exc.Get_error_class() == (MPI.ERR_NO_MEM if comm.rank == 0 else MPI.ERR_WIN))
+win = MPI.Win.Allocate(256 << 10, info=info, comm=comm)  # (the refused window left nothing on the relay)
+print(comm.rank, "fits", win.Get_attr(MPI.WIN_SIZE))
+win.Free()
+"""
+
+
+def test_relay_memory_is_bounded_by_the_jobs_dso_quota(program, fmpi):
+    from tests_support import RelayProcess
+
+    relay = RelayProcess("--dso-job-bytes", "1M")
+    try:
+        run = fmpi(2, program(OVER_QUOTA), extra=("--relay", relay.url))
+    finally:
+        relay.stop()
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.sorted_lines() == ["0 fits 262144", "0 refused True", "1 fits 262144", "1 refused True"]

@@ -87,7 +87,8 @@ class RelayMemory:
         self.pending: list[Any] = []  # operations sent and not yet answered
         failed = None
         try:
-            self.segments[w.me].create(w.size, bytes(w.view))
+            # (the relay zero-fills: trailing zeros need not travel, and Allocate's memory is all zeros)
+            self.segments[w.me].create(w.size, bytes(w.view).rstrip(b"\0"))
         except self.errors as exc:
             failed = _failure(exc)
         problems = w.sync.allgather(None if failed is None else str(failed))
@@ -176,10 +177,11 @@ class RelayMemory:
             self.sync()
 
     def unlock(self, rank: int) -> None:
-        self.complete()
         if rank == self.w.me:
             self.push()
-        self._call(self.segments[rank].unlock)
+        # (after this origin's operations on the same connection, which the relay applies in order: no wait between)
+        self.pending.append(self._call(self.segments[rank].unlock_async))
+        self.complete()
 
     # ------------------------------------------------ private <-> public
     def push(self) -> None:

@@ -146,7 +146,10 @@ class WindowRef:
                     raise
 
     def unlock(self) -> None:
-        self.client.call("window", self.name, "unlock", convert=no_value)
+        self.unlock_async().result()
+
+    def unlock_async(self) -> Pending:
+        return self.client.call_async("window", self.name, "unlock", convert=no_value)
 
     def drop(self) -> None:
         self.client.drop(self.name)
