@@ -21,8 +21,8 @@ implemented (§12.7, rules 2 to 6, taken at their latest-allowed point or earlie
 
 An origin's operations go out on its connection to the relay without waiting (puts and accumulates); the relay
 applies one connection's calls in order, and Flush, Unlock, Fence and Complete wait for the answers of everything
-sent before them. A Lock waits for the grant (the relay does not hold an origin's operations as the target's service
-thread does). Windows of ``Allocate_shared`` and ``Create_dynamic`` stay in the ranks' memory.
+sent before them. A Lock of another rank's window does not wait for the grant: the relay holds the origin's calls on
+that segment until it grants the lock, so Lock, Put, Unlock is one round trip. Windows of ``Allocate_shared`` and ``Create_dynamic`` stay in the ranks' memory.
 """
 
 from __future__ import annotations
@@ -172,9 +172,12 @@ class RelayMemory:
 
     # -------------------------------------------------------------- locks
     def lock(self, rank: int, exclusive: bool) -> None:
-        self._call(lambda: self.segments[rank].lock(exclusive))
         if rank == self.w.me:
-            self.sync()
+            self._call(lambda: self.segments[rank].lock(exclusive))
+            self.sync()  # (after the grant: the private copy then shows the RMA updates)
+        else:
+            # Lazy, as MPI allows: the relay holds this rank's calls on the segment until it grants the lock.
+            self.pending.append(self._call(lambda: self.segments[rank].lock_async(exclusive)))
 
     def unlock(self, rank: int) -> None:
         if rank == self.w.me:

@@ -16,8 +16,10 @@ a basic one, a single run). Methods:
 * ``cas(offset, n) + compare + new``: the ``n`` bytes at offset become ``new`` if they equal
   ``compare``; the reply carries the old bytes.
 * ``lock(type)`` (``shared`` or ``exclusive``): granted in request order, an exclusive lock alone;
-  waits (a future) until granted. ``unlock()``. Locks belong to the client connection that took
-  them: when it goes (the client exited or was killed) they are released (``release``).
+  its reply waits (a future) until granted, but its client need not wait for it: the client's later
+  calls on this segment are held here until the grant, then applied in order (so Lock, Put, Unlock
+  costs one round trip). ``unlock()``. Locks belong to the client connection that took them: when
+  it goes (the client exited or was killed) they are released (``release``).
 
 Locks do not gate the data methods: MPI leaves conflicting accesses outside a lock undefined, so
 the relay need not check what a correct program never does.
@@ -51,6 +53,7 @@ class Window(DsoObject):
         self.nbytes = size
         self.holders: dict[Any, str] = {}  # owner (a client connection) -> its lock type
         self.queue: deque[tuple[Any, str, asyncio.Future]] = deque()  # waiting lockers, in request order
+        self.held: dict[Any, list[tuple[Any, dict, bytes, asyncio.Future]]] = {}  # a waiting locker's calls since
 
     # ---------------------------------------------------------------- where
     def _ranges(self, args: dict[str, Any]) -> list[tuple[int, int]]:
@@ -86,14 +89,29 @@ class Window(DsoObject):
         self.memory[: len(payload)] = payload
         return Reply({"size": len(self.memory)})
 
+    def _hold(self, method: Any, args: dict[str, Any], payload: bytes) -> Result | None:
+        """A call of a client whose lock on this segment waits: held until the grant (None: apply it now)."""
+        calls = self.held.get(self.store.caller)
+        if calls is None:
+            return None
+        fut = self.store.new_future()
+        calls.append((method, args, payload, fut))
+        return fut
+
     def put(self, args: dict[str, Any], payload: bytes) -> Result:
+        if (held := self._hold(self.put, args, payload)) is not None:
+            return held
         self._scatter(self._ranges(args), payload)
         return Reply({})
 
     def get(self, args: dict[str, Any], payload: bytes) -> Result:
+        if (held := self._hold(self.get, args, payload)) is not None:
+            return held
         return Reply({}, self._gather(self._ranges(args)))
 
     def acc(self, args: dict[str, Any], payload: bytes) -> Result:
+        if (held := self._hold(self.acc, args, payload)) is not None:
+            return held
         ranges = self._ranges(args)
         op = arg(args, "op", str)
         if op not in OPS and op not in ("replace", "no_op"):
@@ -114,6 +132,8 @@ class Window(DsoObject):
         return Reply({}, old if args.get("fetch") else None)
 
     def cas(self, args: dict[str, Any], payload: bytes) -> Result:
+        if (held := self._hold(self.cas, args, payload)) is not None:
+            return held
         n = arg(args, "n", int)
         ranges = self._ranges({"offset": arg(args, "offset", int), "n": n})
         if len(payload) != 2 * n:
@@ -132,10 +152,13 @@ class Window(DsoObject):
             raise DsoError("locked", "this client holds or awaits a lock on this window segment already")
         fut = self.store.new_future()
         self.queue.append((owner, kind, fut))
+        self.held[owner] = []
         self._grant()
         return fut
 
     def unlock(self, args: dict[str, Any], payload: bytes) -> Result:
+        if (held := self._hold(self.unlock, args, payload)) is not None:
+            return held
         if self.holders.pop(self.store.caller, None) is None:
             raise DsoError("not_locked", "this client holds no lock on this window segment")
         self._grant()
@@ -143,6 +166,7 @@ class Window(DsoObject):
 
     def release(self, owner: Any) -> None:
         """`owner`'s connection is gone: its lock, if any, is freed (its waiting lock requests were cancelled)."""
+        self.held.pop(owner, None)
         if self.holders.pop(owner, None) is not None:
             self._grant()
 
@@ -151,6 +175,9 @@ class Window(DsoObject):
             owner, kind, fut = self.queue[0]
             if fut.done():  # (a locker that gave up: timeout, disconnect)
                 self.queue.popleft()
+                for *_, call in self.held.pop(owner, []):
+                    if not call.done():
+                        call.set_exception(DsoError("not_locked", "the lock this call waited for was given up"))
                 continue
             held = set(self.holders.values())
             if held and (kind == "exclusive" or "exclusive" in held):
@@ -158,6 +185,16 @@ class Window(DsoObject):
             self.queue.popleft()
             self.holders[owner] = kind
             resolve(fut, Reply({"granted": kind}))
+            for method, args, payload, call in self.held.pop(owner, []):  # (an unlock among them grants in turn)
+                self.store.caller = owner
+                try:
+                    result = method(args, payload)
+                except DsoError as exc:
+                    if not call.done():
+                        call.set_exception(exc)
+                    continue
+                assert isinstance(result, Reply)
+                resolve(call, result)
 
     def waiters(self) -> list[asyncio.Future]:
-        return [f for _, _, f in self.queue]
+        return [f for _, _, f in self.queue] + [call[-1] for calls in self.held.values() for call in calls]
