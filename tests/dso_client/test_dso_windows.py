@@ -147,3 +147,20 @@ def test_a_client_killed_holding_an_exclusive_lock_frees_it(job, relay):
         if holder.poll() is None:
             holder.kill()
             holder.wait()
+
+
+def test_calls_behind_a_waiting_lock_are_held_until_the_grant(job):
+    """A client may send Lock, Put, Unlock at once: the relay applies the put only once the lock is granted."""
+    a, b = job(), job()
+    a.window("seg").create(8)
+    a.window("seg").lock(exclusive=True)
+    seg = b.window("seg")
+    calls = [seg.lock_async(exclusive=True), seg.put_async(0, [[0, 8]], np.full(1, 7, "i8")), seg.unlock_async()]
+    time.sleep(0.3)
+    assert np.frombuffer(a.window("seg").get_async(0, [[0, 8]]).result(), "i8").tolist() == [0]  # (held)
+    a.window("seg").unlock()
+    for call in calls:
+        call.result(10)
+    assert np.frombuffer(a.window("seg").get_async(0, [[0, 8]]).result(), "i8").tolist() == [7]
+    a.window("seg").lock(exclusive=True)  # (b's unlock, held too, was applied)
+    a.window("seg").unlock()
