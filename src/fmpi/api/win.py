@@ -35,12 +35,12 @@ from .info import Info
 from .memory import buffer
 from .packing import get_address
 from .rma_calls import RmaCalls
-from .win_active import ActiveTarget
 from .rma_constants import (
     LOCK_EXCLUSIVE, LOCK_SHARED, MODE_NOPRECEDE, WIN_FLAVOR_ALLOCATE, WIN_FLAVOR_CREATE, WIN_FLAVOR_DYNAMIC,
     WIN_FLAVOR_SHARED,
 )
 from .rma_target import FLUSH, LOCK, NO_ANSWER, STOP, UNLOCK, RmaError, TargetService
+from .win_active import ActiveTarget
 from .win_attributes import WinAttributes
 from .win_memory import shared_segments, window_memory
 from .win_relay import RelayMemory, wanted
@@ -255,9 +255,10 @@ class Win(RmaCalls, ActiveTarget, WinAttributes):
         Flush_all after operations on many targets takes one round trip, not one per target."""
         w = self._w
         if w.relay is not None:
-            w.relay.complete()
-            for rank in ranks if kind == UNLOCK else ():
-                w.relay.unlock(rank)
+            if kind == UNLOCK:
+                w.relay.unlock(list(ranks))
+            else:
+                w.relay.complete()
             return
         asked = []
         for rank in ranks:

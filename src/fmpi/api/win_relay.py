@@ -179,11 +179,13 @@ class RelayMemory:
             # Lazy, as MPI allows: the relay holds this rank's calls on the segment until it grants the lock.
             self.pending.append(self._call(lambda: self.segments[rank].lock_async(exclusive)))
 
-    def unlock(self, rank: int) -> None:
-        if rank == self.w.me:
+    def unlock(self, ranks: list[int]) -> None:
+        """Unlock `ranks` (Unlock: one; Unlock_all: every rank), all at once, then wait for everything sent."""
+        if self.w.me in ranks:
             self.push()
-        # (after this origin's operations on the same connection, which the relay applies in order: no wait between)
-        self.pending.append(self._call(self.segments[rank].unlock_async))
+        for rank in ranks:
+            # (after this origin's operations on the same connection, which the relay applies in order: no wait between)
+            self.pending.append(self._call(self.segments[rank].unlock_async))
         self.complete()
 
     # ------------------------------------------------ private <-> public
