@@ -65,6 +65,8 @@ VARIABLES: tuple[Variable, ...] = (
     # collectives
     Variable("FMPI_COLL_ALGO", "", "force collective algorithms, e.g. allreduce:ring,bcast:scatter_allgather "
              "(collectives/table.py lists them)"),
+    Variable("FMPI_WIN_MEMORY", "local", "where the memory of Win.Create/Win.Allocate windows lives: local (the ranks') or "
+             "relay (the fmpi-relay's shared objects; the Info key fmpi_memory chooses per window)"),
     Variable("FMPI_NETWORK", "lambda", "the network between the job's ranks, which the collectives table chooses "
              "algorithms for: lambda (a function per rank: 150 us one way plus software, 620 Mbit/s), host (ranks "
              "share one machine's cores; fmpirun sets it for local ranks) or alpha=US,bandwidth=MBIT[,reduce=GBPS]"),
@@ -133,6 +135,7 @@ class Settings:
     eager_limit: int = 1 << 20
     unexpected_max: int = 128 << 20
     coll_algo: str = ""
+    win_memory: str = "local"  # FMPI_WIN_MEMORY: local or relay (api/win_relay.py)
     # (alpha s, beta s/byte, gamma s/byte) of the network between ranks; None: they share one host (FMPI_NETWORK)
     network: tuple[float, float, float] | None = LAMBDA_NETWORK
     coll_knobs: dict[str, int] = field(default_factory=dict)  # FMPI_COLL_SEGMENT=64K -> {"segment": 65536}
@@ -190,6 +193,11 @@ def read(env: Mapping[str, str] | None = None) -> Settings:
     if raw("FMPI_UNIVERSE_SIZE"):
         values["universe_size"] = _positive_int("FMPI_UNIVERSE_SIZE", raw("FMPI_UNIVERSE_SIZE"))
     values["coll_algo"] = raw("FMPI_COLL_ALGO")
+    if raw("FMPI_WIN_MEMORY"):
+        memory = raw("FMPI_WIN_MEMORY").lower()
+        if memory not in ("local", "relay"):
+            raise ValueError(f"FMPI_WIN_MEMORY must be local or relay, not {memory!r}")
+        values["win_memory"] = memory
     if raw("FMPI_NETWORK"):
         values["network"] = network(raw("FMPI_NETWORK"))
     values["coll_knobs"] = {

@@ -14,7 +14,9 @@ Flavors: ``Create`` (the caller's memory), ``Allocate`` (the ``Win`` itself is a
 ``win_allocated``), ``Allocate_shared`` (one file mapped by every rank of a communicator on one host:
 ``Shared_query`` returns a peer's segment, and loads and stores reach it directly) and ``Create_dynamic``
 (``Attach``/``Detach``; displacements are addresses).
-The memory model is ``WIN_UNIFIED``: the service thread writes into the very memory the program reads.
+The memory model is ``WIN_UNIFIED``: the service thread writes into the very memory the program reads — except
+for windows whose memory lives on the relay (``win_relay``: ``WIN_SEPARATE``; each synchronization hook below
+hands over to it).
 """
 
 from __future__ import annotations
@@ -29,27 +31,27 @@ from . import keyvals, runtime
 from .buffers import byte_view
 from .constants import BOTTOM, PROC_NULL
 from .errhandler import ERRORS_RETURN
-from .group import Group
 from .info import Info
 from .memory import buffer
 from .packing import get_address
 from .rma_calls import RmaCalls
 from .rma_constants import (
-    LOCK_EXCLUSIVE, LOCK_SHARED, MODE_NOPRECEDE, WIN_FLAVOR_CREATE, WIN_FLAVOR_DYNAMIC,
+    LOCK_EXCLUSIVE, LOCK_SHARED, MODE_NOPRECEDE, WIN_FLAVOR_ALLOCATE, WIN_FLAVOR_CREATE, WIN_FLAVOR_DYNAMIC,
     WIN_FLAVOR_SHARED,
 )
 from .rma_target import FLUSH, LOCK, NO_ANSWER, STOP, UNLOCK, RmaError, TargetService
+from .win_active import ActiveTarget
 from .win_attributes import WinAttributes
 from .win_memory import shared_segments, window_memory
+from .win_relay import RelayMemory, wanted
 
-POSTED, COMPLETED = 1, 2  # tags of the post/start/complete/wait notices on the sync communicator
 _REPLY_TAGS = 1 << 20  # reply tags cycle through 1..2**20 (one per pending answer is enough)
 
 
 class _Window:
     """The state of a live window (a freed or null ``Win`` has none)."""
 
-    def __init__(self, comm: Any, memory: Any, size: int, disp_unit: int, flavor: int) -> None:
+    def __init__(self, comm: Any, memory: Any, size: int, disp_unit: int, flavor: int, info: Any = None) -> None:
         self.sync, self.requests, self.replies = comm.Dup(), comm.Dup(), comm.Dup()
         self.view = byte_view(memory, True)[0] if size else memoryview(bytearray())
         # what tomemory() returns: the MPI.buffer of a Win subclass's Allocate, else a view of the memory
@@ -68,6 +70,10 @@ class _Window:
         self.tag_lock = threading.Lock()
         self.name, self.info, self.errhandler = "", Info.Create(), ERRORS_RETURN
         self.attrs: dict[int, Any] = {}
+        self.relay: RelayMemory | None = None  # the public copy on the relay (win_relay), or None: one local memory
+        if flavor in (WIN_FLAVOR_CREATE, WIN_FLAVOR_ALLOCATE) and wanted(info):
+            self.relay = RelayMemory(self)
+            return
         self.service = TargetService(self.requests, self.replies, self.locate)
         self.service.start()
 
@@ -80,7 +86,7 @@ class _Window:
         raise RmaError(f"address {disp:#x} is in no memory attached to the dynamic window")
 
 
-class Win(RmaCalls, WinAttributes):
+class Win(RmaCalls, ActiveTarget, WinAttributes):
     def __init__(self, win: Win | None = None) -> None:
         """``Win()``: a null handle; ``Win(win)``: another handle on `win`'s window."""
         if win is not None and not isinstance(win, Win):
@@ -109,13 +115,13 @@ class Win(RmaCalls, WinAttributes):
         if memory is BOTTOM:
             memory = None
         size = len(byte_view(memory, True)[0]) if memory is not None else 0
-        return cls._of(_Window(comm, memory, size, _unit(disp_unit), WIN_FLAVOR_CREATE))
+        return cls._of(_Window(comm, memory, size, _unit(disp_unit), WIN_FLAVOR_CREATE, info))
 
     @classmethod
     def Allocate(cls, size: int, disp_unit: int = 1, info: Any = None, comm: Any = None) -> Win:
         from .win_allocated import allocate  # (it subclasses Win)
 
-        return allocate(cls, _comm(comm), _size(size), _unit(disp_unit))
+        return allocate(cls, _comm(comm), _size(size), _unit(disp_unit), info)
 
     @classmethod
     def Allocate_shared(cls, size: int, disp_unit: int = 1, info: Any = None, comm: Any = None) -> Win:
@@ -144,9 +150,12 @@ class Win(RmaCalls, WinAttributes):
     def Free(self) -> None:
         w = self._live()
         keyvals.delete_all("win", self, w.attrs)  # (MPI runs the attributes' delete_fn first)
-        w.sync.Barrier()  # every rank is past its last epoch: nothing more comes to any target
-        w.requests.send(None, w.requests.Get_rank(), STOP)
-        w.service.join()
+        if w.relay is not None:
+            w.relay.free()
+        else:
+            w.sync.Barrier()  # every rank is past its last epoch: nothing more comes to any target
+            w.requests.send(None, w.requests.Get_rank(), STOP)
+            w.service.join()
         for comm in (w.sync, w.requests, w.replies):
             comm.Free()
         self._w = None
@@ -210,6 +219,9 @@ class Win(RmaCalls, WinAttributes):
 
     def _send_request(self, rank: int, kind: int, args: tuple) -> None:
         w = self._w
+        if w.relay is not None:
+            w.relay.send(rank, kind, args)
+            return
         if rank == w.me:
             self._local(kind, args)
             return
@@ -226,6 +238,8 @@ class Win(RmaCalls, WinAttributes):
         """Send a request that the target answers, and wait for the answer (this rank's data operations on its
         own window are applied in place)."""
         w = self._live()
+        if w.relay is not None:
+            return w.relay.ask(rank, kind, args)
         if rank == w.me and kind not in (LOCK, UNLOCK, FLUSH):
             return self._local(kind, (*args, 0))
         with w.tag_lock:
@@ -240,6 +254,12 @@ class Win(RmaCalls, WinAttributes):
         """FLUSH (or UNLOCK) each of `ranks`: every request goes out before any answer is awaited, so a Fence or a
         Flush_all after operations on many targets takes one round trip, not one per target."""
         w = self._w
+        if w.relay is not None:
+            if kind == UNLOCK:
+                w.relay.unlock(list(ranks))
+            else:
+                w.relay.complete()
+            return
         asked = []
         for rank in ranks:
             if rank == w.me and kind == FLUSH:
@@ -256,6 +276,9 @@ class Win(RmaCalls, WinAttributes):
     # ========================================================= synchronization
     def Fence(self, assertion: int = 0) -> None:
         w = self._live()
+        if w.relay is not None:
+            w.relay.fence()
+            return
         if not assertion & MODE_NOPRECEDE:
             self._flush(sorted(w.touched))
         w.sync.Barrier()
@@ -269,7 +292,9 @@ class Win(RmaCalls, WinAttributes):
         w = self._w
         if rank in w.locked:
             raise err.Exception(err.ERR_RMA_SYNC, f"Win.Lock: this rank already holds a lock on rank {rank}")
-        if rank == w.me:
+        if w.relay is not None:
+            w.relay.lock(rank, lock_type == LOCK_EXCLUSIVE)
+        elif rank == w.me:
             self._ask(rank, LOCK, (lock_type,))  # (this rank's operations on its own window apply at once: wait)
         else:
             # Lazy, as MPI allows and MPICH does: the request goes out and Lock returns; the target holds
@@ -315,52 +340,10 @@ class Win(RmaCalls, WinAttributes):
         self._live()
 
     def Sync(self) -> None:
-        """Public and private copies are one memory (``WIN_UNIFIED``): nothing to synchronize."""
-        self._live()
-
-    def Post(self, group: Group, assertion: int = 0) -> None:
+        """A local window's public and private copies are one memory (``WIN_UNIFIED``): nothing to synchronize."""
         w = self._live()
-        w.exposure = _ranks(w, group)
-        w.completed = set()
-        for rank in w.exposure:
-            w.sync.send(None, rank, POSTED)
-
-    def Start(self, group: Group, assertion: int = 0) -> None:
-        w = self._live()
-        w.access = _ranks(w, group)
-        for rank in w.access:
-            w.sync.recv(source=rank, tag=POSTED)
-
-    def Complete(self) -> None:
-        w = self._live()
-        if w.access is None:
-            raise err.Exception(err.ERR_RMA_SYNC, "Win.Complete without Win.Start")
-        self._flush([rank for rank in w.access if rank in w.touched])
-        for rank in w.access:
-            w.sync.send(None, rank, COMPLETED)
-        w.access = None
-
-    def Wait(self) -> None:
-        w = self._live()
-        if w.exposure is None:
-            raise err.Exception(err.ERR_RMA_SYNC, "Win.Wait without Win.Post")
-        for rank in w.exposure:
-            if rank not in w.completed:
-                w.sync.recv(source=rank, tag=COMPLETED)
-        w.exposure = None
-
-    def Test(self) -> bool:
-        w = self._live()
-        if w.exposure is None:
-            raise err.Exception(err.ERR_RMA_SYNC, "Win.Test without Win.Post")
-        for rank in w.exposure:
-            if rank not in w.completed and w.sync.iprobe(source=rank, tag=COMPLETED):
-                w.sync.recv(source=rank, tag=COMPLETED)
-                w.completed.add(rank)
-        if len(w.completed) < len(w.exposure):
-            return False
-        w.exposure = None
-        return True
+        if w.relay is not None:
+            w.relay.sync()
 
     def __repr__(self) -> str:
         return "<fmpi.MPI.Win WIN_NULL>" if self._w is None else f"<fmpi.MPI.Win {self._w.name or id(self._w):}>"
@@ -383,12 +366,6 @@ def _size(size: int) -> int:
     if nbytes < 0:
         raise err.Exception(err.ERR_SIZE, f"invalid window size {nbytes}")
     return nbytes
-
-
-def _ranks(w: _Window, group: Group) -> list[int]:
-    """`group`'s processes as ranks of the window's communicator."""
-    index = w.sync._index
-    return [index[member] for member in group._members]
 
 
 WIN_NULL = Win()

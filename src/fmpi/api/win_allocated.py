@@ -24,11 +24,11 @@ class AllocatedWin(Win, bytearray):
         Win.__init__(self)
 
 
-def allocate(cls: type[Win], comm: Any, size: int, disp_unit: int) -> Win:
+def allocate(cls: type[Win], comm: Any, size: int, disp_unit: int, info: Any = None) -> Win:
     """A window of `size` bytes of new memory; a program's subclass of Win keeps its class, and an MPI.buffer."""
     if cls is not Win:
         memory = buffer.allocate(size)
-        return cls._of(_Window(comm, memory, size, disp_unit, WIN_FLAVOR_ALLOCATE))
+        return cls._of(_Window(comm, memory, size, disp_unit, WIN_FLAVOR_ALLOCATE, info))
     win = AllocatedWin(size)
-    win._w = _Window(comm, win, size, disp_unit, WIN_FLAVOR_ALLOCATE)
+    win._w = _Window(comm, win, size, disp_unit, WIN_FLAVOR_ALLOCATE, info)
     return win

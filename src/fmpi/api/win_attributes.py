@@ -16,7 +16,7 @@ from .group import Group
 from .handles import Handled
 from .info import Info
 from .packing import get_address
-from .rma_constants import WIN_BASE, WIN_CREATE_FLAVOR, WIN_DISP_UNIT, WIN_MODEL, WIN_SIZE, WIN_UNIFIED
+from .rma_constants import WIN_BASE, WIN_CREATE_FLAVOR, WIN_DISP_UNIT, WIN_MODEL, WIN_SEPARATE, WIN_SIZE, WIN_UNIFIED
 
 
 class WinAttributes(Handled):
@@ -53,7 +53,7 @@ class WinAttributes(Handled):
         w = self._live()
         if keyval == WIN_BASE:
             return get_address(w.view) if w.size else 0
-        fixed = {WIN_SIZE: w.size, WIN_DISP_UNIT: w.disp_unit, WIN_CREATE_FLAVOR: w.flavor, WIN_MODEL: WIN_UNIFIED}
+        fixed = {WIN_SIZE: w.size, WIN_DISP_UNIT: w.disp_unit, WIN_CREATE_FLAVOR: w.flavor, WIN_MODEL: self.model}
         return fixed[keyval] if keyval in fixed else keyvals.get("win", w.attrs, keyval)
 
     def Set_attr(self, keyval: int, attrval: Any) -> None:
@@ -81,8 +81,8 @@ class WinAttributes(Handled):
 
     @property
     def model(self) -> int:
-        self._live()
-        return WIN_UNIFIED
+        """WIN_SEPARATE for a window whose public copy lives on the relay (``win_relay``), else WIN_UNIFIED."""
+        return WIN_UNIFIED if self._live().relay is None else WIN_SEPARATE
 
     def Get_info(self) -> Info:
         return self._live().info.Dup()

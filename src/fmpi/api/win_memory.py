@@ -26,6 +26,12 @@ class WindowMemory(np.ndarray):
 
     format = "B"
 
+    def __setitem__(self, key: Any, value: Any) -> None:
+        # As mpi4py's buffer: ``mem[:] = struct.pack("i", 0)`` stores bytes (numpy would parse them as a number).
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            value = np.frombuffer(value, dtype=np.uint8)
+        super().__setitem__(key, value)
+
     def __bool__(self) -> bool:
         return self.size > 0  # (as a bytes-like object: an empty one is false; numpy would refuse)
 

@@ -34,7 +34,7 @@ from ..rendezvous.urls import relay_addresses, relay_scheme
 from ..util.retry import retry_until
 from .hash_ring import HashRing
 from .node_connection import NodeConnection, Pending, SharedObjectError
-from .refs import CounterRef, MailboxRef, MapRef, no_value
+from .refs import CounterRef, MailboxRef, MapRef, WindowRef, no_value
 
 GRACE = 2.0  # how much longer than the server's timeout a client waits for the server's answer
 # What a restarting node answers until it is back and hosts the job again.
@@ -224,6 +224,9 @@ class DsoClient:
 
     def map(self, name: str) -> MapRef:
         return MapRef(self, name)
+
+    def window(self, name: str) -> WindowRef:
+        return WindowRef(self, name)
 
     def info(self, name: str) -> dict[str, Any]:
         """{'exists', 'type', 'bytes'} of object `name` (does not create it)."""

@@ -194,6 +194,13 @@ class DsoCollectives:
             self._end(names[i], starter(i, src[lo:hi].copy(), None))  # (the caller may reuse its buffers now)
         self.calls["allreduce"] = self.calls.get("allreduce", 0) + 1
 
+    def window(self, name: str) -> Any:
+        """A segment of a relay-hosted MPI window (``refs.WindowRef``; ``api/win_relay.py`` uses it).
+
+        Unlike the collectives, window calls are not replayed after a node restart (a put is not
+        idempotent): a window whose node restarted fails its next call."""
+        return self.client.window(name)
+
     def close(self) -> None:
         if self._hangups is not None:
             self._hangups.close()

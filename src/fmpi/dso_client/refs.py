@@ -100,3 +100,60 @@ class MapRef:
 
     def size(self) -> int:
         return int(self.client.call("map", self.name, "size")[0]["n"])
+
+
+def value_bytes(meta: dict, value: memoryview) -> bytes:
+    return bytes(value)
+
+
+# How long a window's calls may wait: behind a lock another rank holds, as long as it holds it (a day: no bound
+# in practice; a lost relay fails the calls at once).
+LOCK_WAIT = 86400.0
+
+
+class WindowRef:
+    """One rank's segment of a relay-hosted MPI window (the relay's ``window`` object): its methods as calls.
+
+    `runs` are ``[[start, length], ...]`` byte ranges after `offset`, in the order of the data; data
+    methods return a ``Pending`` so that an origin may have many in flight (one connection keeps their
+    order).
+    """
+
+    def __init__(self, client: DsoClient, name: str) -> None:
+        self.client, self.name = client, name
+
+    def create(self, size: int, initial: Any = b"") -> None:
+        self.client.call("window", self.name, "create", {"size": size}, initial, convert=no_value)
+
+    def put_async(self, offset: int, runs: list, data: Any) -> Pending:
+        return self.client.call_async("window", self.name, "put", {"offset": offset, "runs": runs}, data, convert=no_value, timeout=LOCK_WAIT)
+
+    def get_async(self, offset: int, runs: list) -> Pending:
+        return self.client.call_async("window", self.name, "get", {"offset": offset, "runs": runs}, convert=value_bytes, timeout=LOCK_WAIT)
+
+    def acc_async(self, offset: int, runs: list, dtype: str | None, op: str, data: Any, fetch: bool) -> Pending:
+        args = {"offset": offset, "runs": runs, "op": op, "fetch": fetch, "dtype": dtype}
+        return self.client.call_async("window", self.name, "acc", args, data, convert=value_bytes if fetch else no_value, timeout=LOCK_WAIT)
+
+    def cas(self, offset: int, compare: bytes, new: bytes) -> bytes:
+        args = {"offset": offset, "n": len(compare)}
+        return self.client.call("window", self.name, "cas", args, compare + new, convert=value_bytes, timeout=LOCK_WAIT)
+
+    def lock(self, exclusive: bool) -> None:
+        """Wait until the lock is granted."""
+        self.lock_async(exclusive).result()
+
+    def lock_async(self, exclusive: bool) -> Pending:
+        """Ask for the lock; the relay holds this client's later calls on the segment until it is granted, so they
+        may follow at once. The wait has no practical bound (a lock is held as long as its holder wants)."""
+        return self.client.call_async("window", self.name, "lock", {"type": "exclusive" if exclusive else "shared"},
+                                      timeout=LOCK_WAIT, blocking=True, convert=no_value)
+
+    def unlock(self) -> None:
+        self.unlock_async().result()
+
+    def unlock_async(self) -> Pending:
+        return self.client.call_async("window", self.name, "unlock", convert=no_value, timeout=LOCK_WAIT)
+
+    def drop(self) -> None:
+        self.client.drop(self.name)

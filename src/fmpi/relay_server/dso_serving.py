@@ -86,6 +86,8 @@ class DsoServing:
             job.dso_sessions.discard(session)
             for fut in list(session.pending):
                 fut.cancel()  # the objects skip cancelled waiters: nothing is handed to a client that is gone
+            if job.dso is not None:
+                job.dso.disconnected(session)  # (a window lock of a client that was killed is freed)
 
     async def _dso_oversize(self, session: DsoSession, length: int) -> None:
         reader = session.conn.reader
@@ -110,7 +112,7 @@ class DsoServing:
                 raise DsoError("bad_request", "args must be a JSON object")
             if job.dso is None:
                 job.dso = Store(asyncio.get_running_loop().create_future, max_bytes=self.dso_job_bytes, max_value=self.dso_max_value)
-            result = job.dso.call(meta.get("type"), meta.get("name"), meta.get("method"), args, value)
+            result = job.dso.call(meta.get("type"), meta.get("name"), meta.get("method"), args, value, session)
         except DsoError as exc:
             conn.send_dso(request, {"error": exc.code, "message": str(exc)})
             return

@@ -1,4 +1,4 @@
-"""The shared objects a relay hosts for a job (mailbox, barrier, reducer, counter, map) and their methods.
+"""The shared objects a relay hosts for a job (mailbox, barrier, reducer, counter, map, window) and their methods.
 
 Pure logic, no sockets: ``dso.Store`` holds a job's objects, routes each
 call to a method here and charges what the objects hold to the job's quota.
@@ -19,6 +19,7 @@ Objects (created on first use, typed by their first use):
 * ``counter``: ``add(delta)``, ``get()`` — atomic int64.
 * ``map``: ``put(key, value)``, ``get(key)``, ``cas(key, expect, new)``,
   ``delete(key)``, ``keys(prefix)``, ``size()``.
+* ``window``: one rank's segment of an MPI one-sided window (``windows.py``).
 * any object: ``info()`` (does it exist, which type), ``drop()``.
 """
 
@@ -31,11 +32,12 @@ from typing import TYPE_CHECKING, Any
 from ...wire.reduce_ops import OPS
 from .base import INT64_MAX, INT64_MIN, MAX_KEY, DsoError, DsoObject, Reply, Result, arg
 from .rounds import Barrier, Reducer
+from .windows import Window
 
 if TYPE_CHECKING:
     from .store import Store
 
-__all__ = ["METHODS", "OPS", "TYPES", "Barrier", "DsoError", "DsoObject", "Reducer", "Reply", "Result"]
+__all__ = ["METHODS", "OPS", "TYPES", "Barrier", "DsoError", "DsoObject", "Reducer", "Reply", "Result", "Window"]
 
 
 class Mailbox(DsoObject):
@@ -177,11 +179,13 @@ class Map(DsoObject):
         return Reply({"n": len(self.data)})
 
 
-TYPES: dict[str, type[DsoObject]] = {"mailbox": Mailbox, "barrier": Barrier, "reducer": Reducer, "counter": Counter, "map": Map}
+TYPES: dict[str, type[DsoObject]] = {"mailbox": Mailbox, "barrier": Barrier, "reducer": Reducer, "counter": Counter, "map": Map,
+                                   "window": Window}
 METHODS: dict[str, frozenset[str]] = {
     "mailbox": frozenset({"put", "take", "size"}),
     "barrier": frozenset({"wait"}),
     "reducer": frozenset({"contribute"}),
     "counter": frozenset({"add", "get"}),
     "map": frozenset({"put", "get", "cas", "delete", "keys", "size"}),
+    "window": frozenset({"create", "put", "get", "acc", "cas", "lock", "unlock"}),
 }

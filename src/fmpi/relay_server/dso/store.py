@@ -31,6 +31,7 @@ from .objects import (
     Reducer,
     Reply,
     Result,
+    Window,
 )
 
 # Bytes charged per object on top of its values, so that the number of objects is bounded too.
@@ -61,6 +62,8 @@ class Store:
         self.used = 0
         self.objects: dict[str, DsoObject] = {}
         self.closed: DsoError | None = None
+        # The client connection whose call runs now (methods run one at a time): window locks are its.
+        self.caller: Any = None
 
     # ------------------------------------------------------------ accounting
     def charge(self, nbytes: int) -> None:
@@ -76,7 +79,8 @@ class Store:
         self.used -= nbytes
 
     # ----------------------------------------------------------------- calls
-    def call(self, kind: str, name: str, method: str, args: dict[str, Any], payload: bytes = b"") -> Result:
+    def call(self, kind: str, name: str, method: str, args: dict[str, Any], payload: bytes = b"", caller: Any = None) -> Result:
+        self.caller = caller
         if self.closed is not None:
             raise DsoError(self.closed.code, str(self.closed))
         if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME:
@@ -98,6 +102,8 @@ class Store:
             return getattr(obj, method)(args, payload)
         if (kind, method) in _READ_ONLY:
             return self._absent(kind, method, name)
+        if kind == "window" and method != "create":
+            raise DsoError("unknown", f"no window segment {name!r} (created, then used: was it freed?)")
         obj = self._create(kind, name, args)
         try:
             return getattr(obj, method)(args, payload)
@@ -115,6 +121,16 @@ class Store:
                 raise DsoError("bad_request", f"a {kind} needs its number of participants n (1 to {1 << 20})")
             self.charge(OBJECT_OVERHEAD)
             obj = cls(self, n)
+        elif cls is Window:
+            size = args.get("size")
+            if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+                raise DsoError("bad_request", "a window segment needs its size in bytes")
+            self.charge(OBJECT_OVERHEAD)
+            try:
+                obj = Window(self, size)
+            except DsoError:
+                self.release(OBJECT_OVERHEAD)
+                raise
         else:
             self.charge(OBJECT_OVERHEAD)
             obj = cls(self)
@@ -153,6 +169,12 @@ class Store:
             for fut in obj.waiters():
                 _fail(fut, DsoError(code, message))
         self.used = 0
+
+    def disconnected(self, caller: Any) -> None:
+        """`caller`'s connection is gone: the window locks it held are released."""
+        for obj in list(self.objects.values()):
+            if isinstance(obj, Window):
+                obj.release(caller)
 
     def waiting(self) -> int:
         return sum(1 for obj in self.objects.values() for f in obj.waiters() if not f.done())
