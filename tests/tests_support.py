@@ -195,3 +195,18 @@ def unset_for_the_test(monkeypatch, *names: str) -> None:
     for name in names:
         monkeypatch.setenv(name, "")  # (records "absent" as the value to put back)
         monkeypatch.delenv(name)
+
+
+def mpi4py_demo(relative: str) -> str:
+    """The text of a file of mpi4py's sdist (e.g. ``demo/nxtval/nxtval-mpi3.py``), unmodified: the sdist the
+    suite runner downloads and caches (benchmarks/compat/mpi4py_suite.py). Nothing of mpi4py is copied here."""
+    import tarfile
+
+    sys.path.insert(0, str(REPO / "benchmarks" / "compat"))
+    import mpi4py_suite
+
+    sdist = mpi4py_suite.ensure_sdist(mpi4py_suite.DEFAULT_CACHE)
+    with tarfile.open(sdist) as tar:
+        member = tar.extractfile(f"mpi4py-{mpi4py_suite.MPI4PY_VERSION}/{relative}")
+        assert member is not None, relative
+        return member.read().decode()

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from test_rma_windows import LOCKED_COUNTER, OPERATIONS
 
+from tests_support import mpi4py_demo
+
 pytestmark = pytest.mark.timeout(300)
 
 RELAY = {**os.environ, "FMPI_WIN_MEMORY": "relay"}
@@ -67,12 +69,10 @@ def test_exclusive_locks_on_relay_memory_serialize_read_modify_writes(program, f
     assert without_relay_check(mine, n) == ref.lines()
 
 
-NXTVAL = (Path(__file__).parent / "nxtval_mpi3_demo.py").read_text()
-
-
+@pytest.mark.slow  # (fetches mpi4py's sdist, as the futures demos' tests do)
 def test_mpi4pys_nxtval_mpi3_demo_runs_unchanged_on_relay_memory(program, fmpi, mpich):
     """mpi4py's demo/nxtval/nxtval-mpi3.py (a counter and a mutex: Get_accumulate under Lock on rank 0's window)."""
-    path = program(NXTVAL + '\nprint(MPI.COMM_WORLD.rank, "done", MPI.Win.Allocate(8, comm=MPI.COMM_WORLD).model == MPI.WIN_SEPARATE)\n')
+    path = program(mpi4py_demo("demo/nxtval/nxtval-mpi3.py") + '\nprint(MPI.COMM_WORLD.rank, "done", MPI.Win.Allocate(8, comm=MPI.COMM_WORLD).model == MPI.WIN_SEPARATE)\n')
     mine = fmpi(3, path, env=RELAY)
     assert mine.returncode == 0, mine.stderr[-3000:]
     assert mine.sorted_lines() == ["0 done True", "1 done True", "2 done True"]
