@@ -174,4 +174,5 @@ def test_dependencies_from_a_layer(lambda_run, moto, tmp_path, bundle_cache):
     assert "from 100000 samples on 4 ranks" in run.stdout
     conf = lam.get_function(FunctionName="fmpi-layered")["Configuration"]
     assert [layer["Arn"] for layer in conf["Layers"]] == [arn]
-    assert conf["CodeSize"] < 2 * 2**20  # fmpi and the program only
+    # fmpi, the .py files of mpi4py and the program only, compiled (2.0 MiB at d1eb878); numpy alone is 15+ MiB
+    assert conf["CodeSize"] < 4 * 2**20

@@ -76,7 +76,8 @@ def _meet(comm: Intracomm, port: Any, root: int, accepting: bool) -> Intercomm:
     if comm.rank == root:
         try:
             plan = _meet_at_root(port, comm.size, accepting)
-        except (RelayError, SpecError, OSError, ValueError) as exc:
+        except (RelayError, SpecError, OSError, ValueError, err.Exception) as exc:
+            # (also the meeting's own failures, e.g. the other root died in it: the group must hear of it)
             plan = f"{'Accept' if accepting else 'Connect'}: {exc}"
     plan = comm.bcast(plan, root)
     if isinstance(plan, str):
