@@ -1,14 +1,16 @@
 """One contract, three backends: the same behaviour tests over memory://, a real fmpi-relay and a real redis-server.
 
 Each test speaks only the protocols (``rendezvous.connect`` for ranks,
-``rendezvous.job_control`` for the launcher) and the relay-protocol frames
-every backend's carrier carries, so a backend that drifts from the others
-fails here by name.
+``rendezvous.job_control`` for the launcher) and, after the world, the
+transport's ``RelayLine`` interface that every backend's carrier becomes, so
+a backend that drifts from the others fails here by name.
 """
 
 from __future__ import annotations
 
+import collections
 import queue
+import select
 import threading
 import time
 import uuid
@@ -19,14 +21,9 @@ from tests_support import RelayProcess
 from fmpi import rendezvous
 from fmpi.natpunch.sockets import bind_reusable
 from fmpi.rendezvous.relay_connection import Aborted, RelayError
-from fmpi.wire.frame_reader import FrameReader
-from fmpi.wire.relay_protocol import (
-    FORWARD_RANK,
-    Kind,
-    decode_body,
-    encode,
-    forward_header,
-)
+from fmpi.rank.join import relay_line
+from fmpi.transport.options import TransportOptions
+from fmpi.wire.relay_protocol import Kind
 
 TOKEN = "c" * 24
 
@@ -102,17 +99,44 @@ def joined(url: str, job_id: str, rank: int, token: str = TOKEN, incarnation: st
         raise
 
 
-def frames(sock, want: Kind, timeout: float = 10.0):
-    """The next frame of kind `want` on a carrier (heartbeats and others skipped): its payload."""
-    reader = FrameReader()
-    sock.settimeout(timeout)
-    while True:
-        while (frame := reader.next()) is not None:
-            if frame[0] is want:
-                return frame[1]
-        data = sock.recv(1 << 16)
-        assert data, f"the carrier closed before a {want.name} frame"
-        reader.feed(data)
+class Line:
+    """A carrier as the transport uses it (``rank.join.relay_line``), read by the test in place of the progress loop."""
+
+    def __init__(self, carrier) -> None:
+        self.line = relay_line(carrier, TransportOptions())
+        self._got: collections.deque = collections.deque()
+        self.line.bind(lambda src, chunk: self._got.append((Kind.FORWARD, (src, bytes(chunk)))),
+                       lambda kind, body: self._got.append((kind, body)))
+
+    def send(self, kind: Kind, body: dict) -> None:
+        self.line.send_control(kind, body)
+        assert self.line.drain(5.0)
+
+    def forward(self, dest: int, data: bytes) -> None:
+        self.line.forward(dest, [memoryview(data)], None)
+        assert self.line.drain(5.0)
+
+    def next(self, want: Kind, timeout: float = 10.0):
+        """The next message of kind `want` (heartbeats and others skipped): its body; (source, data) for FORWARD."""
+        deadline = time.monotonic() + timeout
+        while True:
+            while self._got:
+                kind, body = self._got.popleft()
+                if kind is want:
+                    return body
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, f"no {want.name} on the carrier within {timeout:g} s"
+            if select.select([self.line.sock], [], [], remaining)[0]:
+                self.line.on_readable()
+
+    def lookup(self, ranks: list[int]) -> tuple[dict[int, dict], dict[int, str]]:
+        """LOOKUP `ranks`: (rank -> record, rank -> why it has none)."""
+        self.send(Kind.LOOKUP, {"ranks": ranks})
+        body = self.next(Kind.PEERS)
+        return {p["rank"]: p for p in body["peers"]}, {m["rank"]: m["reason"] for m in body["missing"]}
+
+    def close(self) -> None:
+        self.line.close_gracefully(0.2)
 
 
 def world_of(url: str, job_id: str, size: int):
@@ -132,21 +156,14 @@ def test_world_reaches_every_rank_and_the_launcher(job):
     assert [k for k, _ in heard] == ["joined", "joined", "joined", "world"]
     assert sorted(b["rank"] for _, b in heard[:3]) == [0, 1, 2]
     assert heard[3][1]["seconds"] >= 0
-    carriers = [m.carrier() for m, _ in members]
+    carriers = [Line(m.carrier()) for m, _ in members]
     # The world names no peer: each rank looks up those it links to, through its carrier.
-    found, _ = lookup(carriers[0].sock, [0, 1, 2])
+    found, _ = carriers[0].lookup([0, 1, 2])
     assert [found[r]["endpoints"] for r in range(3)] == [[list(members[2][1].local)], [list(members[0][1].local)],
                                                          [list(members[1][1].local)]]
     assert found[1]["observed"] == list(members[0][1].observed)
     for c in carriers:
-        c.sock.close()
-
-
-def lookup(sock, ranks: list[int]) -> tuple[dict[int, dict], dict[int, str]]:
-    """LOOKUP `ranks` on a carrier: (rank -> record, rank -> why it has none)."""
-    sock.sendall(encode(Kind.LOOKUP, {"ranks": ranks}))
-    body = decode_body(Kind.PEERS, frames(sock, Kind.PEERS))
-    return {p["rank"]: p for p in body["peers"]}, {m["rank"]: m["reason"] for m in body["missing"]}
+        c.close()
 
 
 def test_a_lookup_of_a_rank_outside_the_job_says_so(job):
@@ -154,13 +171,13 @@ def test_a_lookup_of_a_rank_outside_the_job_says_so(job):
     job_id, _, _ = make(2)
     (a, _, size), (b, reg_b, _) = world_of(url, job_id, 2)
     assert size == 2
-    ca, cb = a.carrier(), b.carrier()
-    found, missing = lookup(ca.sock, [1, 5, -1])
+    ca, cb = Line(a.carrier()), Line(b.carrier())
+    found, missing = ca.lookup([1, 5, -1])
     assert found[1]["endpoints"] == [list(reg_b.local)]
     assert set(missing) == {5, -1}
     assert "rank 5 is outside" in missing[5] and "2 ranks" in missing[5]
     for c in (ca, cb):
-        c.sock.close()
+        c.close()
 
 
 def test_refusals_have_the_same_codes(job):
@@ -224,12 +241,12 @@ def test_a_pinned_rank_whose_slot_a_spare_took_takes_a_free_one(job):
     heard = [launcher.next("left") for _ in range(4)]
     assert [k for k, _ in heard] == ["joined", "joined", "joined", "world"]
     assert [(b["rank"], b["incarnation"]) for _, b in heard[:3]] == [(0, "spare"), (1, "rank0"), (2, "rank1")]
-    carriers = [member.carrier() for member in members]
+    carriers = [Line(member.carrier()) for member in members]
     for carrier in carriers:  # (every slot's record opens, wherever its rank moved)
-        found, missing = lookup(carrier.sock, [0, 1, 2])
+        found, missing = carrier.lookup([0, 1, 2])
         assert not missing and [found[r]["endpoints"] for r in range(3)] == [[list(x.local)] for x in (first, second, last)]
     for carrier in carriers:
-        carrier.sock.close()
+        carrier.close()
 
 
 def test_an_unfilled_world_fails_naming_the_missing_ranks(job):
@@ -248,31 +265,30 @@ def test_carriers_relay_data_and_report_finish(job):
     url, make = job
     job_id, launcher, _ = make(2)
     (a, _, _), (b, _, _) = world_of(url, job_id, 2)
-    ca, cb = a.carrier(), b.carrier()
+    ca, cb = Line(a.carrier()), Line(b.carrier())
     data = bytes(range(256)) * 40
-    ca.sock.sendall(forward_header(1, len(data)) + data)
-    payload = frames(cb.sock, Kind.FORWARD)
-    assert FORWARD_RANK.unpack_from(payload)[0] == 0 and payload[FORWARD_RANK.size :] == data
-    cb.sock.sendall(encode(Kind.FINISHED, {"code": 3}))
+    ca.forward(1, data)
+    assert cb.next(Kind.FORWARD) == (0, data)
+    cb.send(Kind.FINISHED, {"code": 3})
     kind, body = launcher.next("joined", "left", "world")
     assert (kind, body["rank"], body["code"]) == ("finished", 1, 3)
     for c in (ca, cb):
-        c.sock.close()
+        c.close()
 
 
 def test_an_abort_reaches_every_rank_and_the_launcher(job):
     url, make = job
     job_id, launcher, control = make(2)
     (a, _, _), (b, _, _) = world_of(url, job_id, 2)
-    ca, cb = a.carrier(), b.carrier()
-    cb.sock.sendall(encode(Kind.ABORT, {"code": 5, "reason": "rank 1 gave up"}))
+    ca, cb = Line(a.carrier()), Line(b.carrier())
+    cb.send(Kind.ABORT, {"code": 5, "reason": "rank 1 gave up"})
     for carrier in (ca, cb):
-        body = decode_body(Kind.ABORT, frames(carrier.sock, Kind.ABORT))
+        body = carrier.next(Kind.ABORT)
         assert (body["code"], body["rank"]) == (5, 1)
     kind, exc = launcher.next("joined", "left", "world")
     assert kind == "aborted" and isinstance(exc, Aborted) and (exc.exit_code, exc.rank) == (5, 1)
     for c in (ca, cb):
-        c.sock.close()
+        c.close()
 
 
 def test_the_launchers_abort_reaches_a_rank_waiting_for_the_world(job):

@@ -16,6 +16,7 @@ import pytest
 
 from fmpi.transport.engine import Engine
 from fmpi.transport.options import TransportOptions
+from fmpi.transport.relay_channel import RelayChannel
 from fmpi.transport.requests import TransportError
 from fmpi.transport.routes import PeerAddress
 from fmpi.wire.frame_reader import FrameReader
@@ -39,7 +40,7 @@ class FakeRelay:
         self.reader = FrameReader()
         me = PeerAddress(0, (ME,), ME)
         self.engine = Engine(0, 8, b"s" * 32, None, None, options=TransportOptions(channel=channel), me=me)
-        self.engine.attach_relay(theirs, Quiet())
+        self.engine.attach_relay(RelayChannel(theirs), Quiet())
 
     def next(self, *kinds: Kind) -> tuple[Kind, bytes]:
         while True:

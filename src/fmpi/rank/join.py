@@ -15,8 +15,9 @@ its peers skip punching it.
 
 Which service is the rendezvous (fmpi-relay, Redis, an in-process store)
 is the URL's business: ``rendezvous.connect`` picks the backend, and after
-the world it hands over a carrier socket that speaks the relay protocol
-whatever the backend, so the transport runs unchanged. The world is the
+the world it hands over the rank's line to the service (a socket speaking
+the relay protocol, or Redis's own line), which the transport uses through
+one interface (``transport/relay_line.py``), whatever the backend. The world is the
 job's size only: the transport looks up the peers it links to through that
 carrier (LOOKUP), so no rank receives a table of every peer.
 """
@@ -36,6 +37,8 @@ from ..rendezvous.relay_connection import Aborted, RelayError
 from ..rendezvous.urls import REDIS, display_url, parse
 from ..transport.engine import Engine
 from ..transport.options import TransportOptions
+from ..transport.relay_channel import RelayChannel
+from ..transport.relay_line import RelayLine
 from ..transport.requests import TransportError
 from ..transport.routes import PeerAddress
 from ..util.retry import retry_until
@@ -47,8 +50,8 @@ class RankSession:
     """A rank that has joined its job: its transport plus its control line to the relay.
 
     `carrier`: what the rendezvous handed over after the world (the
-    registered connection to fmpi-relay, or the engine's end of an
-    in-process bridge); the engine cannot tell.
+    registered connection to fmpi-relay, or the Redis line); the engine
+    sees one ``RelayLine`` either way.
     """
 
     def __init__(
@@ -65,7 +68,6 @@ class RankSession:
         self.rank = rank
         self.size = size
         self.engine = engine
-        self._settle = carrier.settle
         self._closed = False
         # How this rank registered, to register again if the relay restarts.
         self._rendezvous = rendezvous
@@ -74,7 +76,7 @@ class RankSession:
         self._rejoined.set()  # cleared while the rank waits for a restarted relay
         # Barrier and allreduce done by the relay itself (collectives/server_side.py); connects on first use.
         self.server_collectives = server_collectives(spec)
-        engine.attach_relay(carrier.sock, self, carrier.pending)
+        engine.attach_relay(relay_line(carrier, engine.options), self)
 
     def send_to_relay(self, kind: Kind, body: dict) -> None:
         try:
@@ -112,11 +114,7 @@ class RankSession:
         channel = self.engine.relay
         if channel is not None:
             channel.send_control(Kind.ABORT, abort_body(code, reason, cause))
-            channel.drain(2.0)
-            if self._settle is not None:
-                # The kernel delivers a TCP socket's last frames after we exit; an
-                # in-process bridge dies with the process, so let it pass them on first.
-                self._settle(channel.bytes_out, 2.0)
+            channel.drain(2.0)  # (an in-process line dies with the process: let it pass the abort on first)
         _exit_now(code)
 
     # --------------------------------------------- relay events (progress thread)
@@ -185,7 +183,7 @@ class RankSession:
             return
         if carrier is None or self._closed:
             return
-        self.engine.replace_relay(carrier.sock, carrier.pending)
+        self.engine.replace_relay(relay_line(carrier, self.engine.options))
         self._rejoined.set()
         took = time.monotonic() - started
         if carrier.reconnected:
@@ -220,6 +218,14 @@ def server_collectives(spec: RankSpec):
     from ..dso_client.collectives import DsoCollectives
 
     return DsoCollectives(spec.relay, spec.job, spec.token)
+
+
+def relay_line(carrier: Carrier, options: TransportOptions) -> RelayLine:
+    """The transport's line to the service the rendezvous handed over: its own, or the relay protocol on a socket."""
+    if carrier.line is not None:
+        return carrier.line
+    assert carrier.sock is not None
+    return RelayChannel(carrier.sock, leftover=carrier.pending, chunk=options.relay_chunk)
 
 
 def _exit_now(code: int) -> None:

@@ -5,11 +5,13 @@ Three backends implement both: fmpi-relay (``fmpi_relay.py``), Redis
 ``rendezvous.connect(url)`` / ``rendezvous.job_control(url)`` pick one from
 the URL; nothing else looks at the scheme.
 
-After the world is out, a rank's backend hands the transport a *carrier*: a
-connected socket that speaks the fmpi-relay byte protocol (FORWARD chunks of
-relayed links, HEARTBEAT, FINISHED, ABORT, LINK, OUTPUT, LOOKUP; ABORT,
-ERROR and PEERS back). fmpi-relay's carrier is the registration connection itself;
-Redis and memory serve the other end of a socketpair in-process. So the
+After the world is out, a rank's backend hands the transport a *carrier*:
+the rank's line to the service while the job runs (FORWARD chunks of
+relayed links, heartbeats, FINISHED, ABORT, LINK, OUTPUT, LOOKUP; ABORT,
+ERROR and PEERS back; the transport's ``RelayLine``). fmpi-relay's carrier
+is the registration connection itself, a socket speaking the relay byte
+protocol, and so is the in-process store's (a socketpair it serves); Redis
+hands over a line that speaks Redis directly (``redis_line.py``). So the
 engine's heartbeats and the rank's abort and finalize notices travel the
 same way whatever the backend.
 """
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from ..wire.errors import Aborted, RelayError
 
@@ -37,18 +39,17 @@ class Registered:
 
 @dataclass
 class Carrier:
-    """The relayed-data carrier handed to the transport: a socket speaking relay-protocol frames.
+    """The rank's line to the service, handed to the transport after the world: either a socket speaking the
+    fmpi-relay protocol (`sock`, with `pending`: bytes already read from it, which belong to the new owner), or a
+    line the backend serves in-process (`line`: an object with the transport's ``RelayLine`` methods).
 
-    `pending`: bytes already read from it (they belong to the new owner).
-    `settle(nbytes, timeout)`: wait until the first `nbytes` written to the
-    socket reached the backend (an in-process server dies with the process).
-    `reconnected` (from ``rejoin``): the service had stayed up; only the
-    connection was lost (else it had restarted).
+    `reconnected` (from ``rejoin``): the service had stayed up; only the connection was lost (else it had
+    restarted).
     """
 
-    sock: socket.socket
+    sock: socket.socket | None = None
     pending: bytes = b""
-    settle: Callable[[int, float], bool] | None = None
+    line: Any = None
     reconnected: bool = False
 
 

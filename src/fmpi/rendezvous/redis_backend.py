@@ -1,8 +1,7 @@
 """The Redis backend of ``Rendezvous`` and ``JobControl``: ``RedisRank`` and ``RedisJob`` behind the protocols.
 
-The carrier a rank hands its transport is one end of a socketpair served by
-a ``RedisBridge`` (relayed chunks in Redis lists, notices in the rank's
-inbox). Redis does not restart under a job, so a rank never rejoins.
+The carrier a rank hands its transport is a ``RedisLine`` (relayed chunks
+in Redis lists, notices in the rank's inbox, spoken directly). Redis does not restart under a job, so a rank never rejoins.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from typing import Any
 from ..wire.errors import Aborted, RelayError
 from .protocols import Carrier, JobEvents, Registered
 from .redis import RedisJob, RedisRank
-from .redis_bridge import RedisBridge
+from .redis_line import RedisLine
 from .redis_connect import source_ip
 
 
@@ -47,10 +46,9 @@ class RedisRendezvous:
         return self._opened()[0].wait_world(deadline)
 
     def carrier(self) -> Carrier:
-        bridge = RedisBridge(self._opened()[0])
+        line = RedisLine(self._opened()[0])
         self._release_port()
-        bridge.start()
-        return Carrier(bridge.engine_end, b"", bridge.settle)
+        return Carrier(line=line)
 
     def rejoin(self, registered: Registered, timeout: float) -> Carrier | None:
         return None

@@ -33,7 +33,7 @@ from .links.shm_lane import LaneReader, LaneWriter, lane_path
 from .peers import Peer, PeerState
 from .progress import READ, WRITE
 from .receiving import Receiver
-from .relay_channel import RelayRoute
+from .relay_line import RelayRoute
 from .requests import Op, TransportError, peer_died, peer_finalized
 from .sending import Sender
 

@@ -33,7 +33,7 @@ from .matching import Matcher
 from .options import TransportOptions
 from .peers import Peer
 from .progress import ProgressLoop
-from .relay_channel import RelayChannel
+from .relay_line import RelayLine
 from .requests import Arrived, Op, RecvOp, TransportError
 from .stream import Stream
 
@@ -118,7 +118,7 @@ class Core:
         self.fatal: TransportError | None = None
         self.pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix=f"fmpi-link-{rank}")
         self.loop = ProgressLoop(name)
-        self.relay: RelayChannel | None = None
+        self.relay: RelayLine | None = None
         self.handler: RelayHandler | None = None  # (set with the relay)
         self.old_links: list[Link] = []  # links replaced by the relay (for traffic counts)
         self.draining = False  # finalize waits for acknowledgements

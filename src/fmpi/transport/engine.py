@@ -54,7 +54,7 @@ from .options import TransportOptions
 from .peers import PeerState
 from .progress import READ
 from .receiving import Receiver
-from .relay_channel import RelayChannel
+from .relay_line import RelayLine
 from .relayed import Relayed
 from .requests import Op, RecvOp, SendOp, TransportError
 from .routes import PeerAddress
@@ -297,19 +297,19 @@ class Engine:
             core.wake.notify_locked()
 
     # ================================================================ the relay
-    def attach_relay(self, sock: socket.socket, handler: RelayHandler, leftover: bytes = b"") -> None:
-        """Use `sock` (the rank's registered relay connection) for control, punching and relayed links."""
-        self._relayed.attach_relay(sock, handler, leftover)
+    def attach_relay(self, line: RelayLine, handler: RelayHandler) -> None:
+        """Use `line` (the rank's line to the relay, see relay_line.py) for control, punching and relayed links."""
+        self._relayed.attach_relay(line, handler)
 
-    def replace_relay(self, sock: socket.socket, leftover: bytes = b"") -> None:
-        """The job's relay restarted and this rank registered again on `sock` (``Relayed.replace_relay``)."""
-        self._relayed.replace_relay(sock, leftover)
+    def replace_relay(self, line: RelayLine) -> None:
+        """The job's relay restarted and this rank registered again on `line` (``Relayed.replace_relay``)."""
+        self._relayed.replace_relay(line)
 
     def has_relay(self) -> bool:
         return self.core.relay is not None
 
     @property
-    def relay(self) -> RelayChannel | None:
+    def relay(self) -> RelayLine | None:
         return self.core.relay
 
     def relay_send(self, kind: RelayKind, body: dict[str, Any], flush_timeout: float = 2.0) -> None:

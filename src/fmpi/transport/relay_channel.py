@@ -1,4 +1,4 @@
-"""The rank's connection to fmpi-relay while the job runs: control frames, and relayed links.
+"""The rank's line to fmpi-relay while the job runs (a ``RelayLine`` over a socket): control frames, relayed links.
 
 After the world is published, the rank's relay connection carries:
 
@@ -28,8 +28,9 @@ import select
 import socket
 import ssl
 import time
-from typing import Any, Callable
+from typing import Any
 
+from ..util.byteparts import take_parts
 from ..wire.frame_reader import FrameReader
 from ..wire.relay_protocol import (
     FORWARD_RANK,
@@ -40,6 +41,7 @@ from ..wire.relay_protocol import (
     forward_header,
 )
 from .queued_writer import QueuedWriter
+from .relay_line import OnControl, OnForward
 
 READ_SIZE = 256 * 1024
 
@@ -49,19 +51,13 @@ class RelayLost(Exception):
 
 
 class RelayChannel(QueuedWriter):
-    def __init__(
-        self,
-        sock: socket.socket,
-        *,
-        on_forward: Callable[[int, memoryview], None],
-        on_control: Callable[[Kind, dict[str, Any]], None],
-        leftover: bytes = b"",
-        chunk: int = 256 * 1024,
-    ) -> None:
+    """The ``RelayLine`` over a socket speaking the fmpi-relay protocol."""
+
+    def __init__(self, sock: socket.socket, *, leftover: bytes = b"", chunk: int = 256 * 1024) -> None:
         self._init_writer(sock)
         sock.setblocking(False)
-        self._on_forward = on_forward
-        self._on_control = on_control
+        self._on_forward: OnForward = _unbound
+        self._on_control: OnControl = _unbound
         self._chunk = chunk
         self._reader = FrameReader()
         self._reader.feed(leftover)
@@ -69,6 +65,9 @@ class RelayChannel(QueuedWriter):
         self.last_heard = time.monotonic()  # when the relay last sent anything
         self.beats_heard = False  # the relay sends heartbeats (so its silence means trouble)
         self.lost = False
+
+    def bind(self, on_forward: OnForward, on_control: OnControl) -> None:
+        self._on_forward, self._on_control = on_forward, on_control
 
     def fileno(self) -> int:
         return self.sock.fileno()
@@ -137,7 +136,7 @@ class RelayChannel(QueuedWriter):
         total = sum(len(p) for p in parts)
         while total > 0 or not frames:
             n = min(total, self._chunk)
-            piece, parts = _take(parts, n)
+            piece, parts = take_parts(parts, n)
             frames.append([memoryview(forward_header(dest, n)), *piece])
             total -= n
         return frames
@@ -192,38 +191,5 @@ class RelayChannel(QueuedWriter):
             self.sock.close()
 
 
-class RelayRoute:
-    """The relay as the carrier of one pair's stream (what ``Stream.attach`` takes)."""
-
-    __slots__ = ("channel", "dest")
-    kind = "relayed"
-
-    def __init__(self, channel: RelayChannel, dest: int) -> None:
-        self.channel = channel
-        self.dest = dest
-
-    @property
-    def wlock(self):
-        return self.channel.wlock
-
-    def write(self, parts: list[memoryview], token: object | None) -> bool:
-        return self.channel.forward(self.dest, parts, token)
-
-    def write_held(self, parts: list[memoryview], token: object | None) -> bool:
-        return self.channel.forward_held(self.dest, parts, token)
-
-
-def _take(parts: list[memoryview], n: int) -> tuple[list[memoryview], list[memoryview]]:
-    """Split off the first `n` bytes of `parts` (views, no copies)."""
-    taken: list[memoryview] = []
-    i = 0
-    while n > 0:
-        p = parts[i]
-        if len(p) <= n:
-            taken.append(p)
-            n -= len(p)
-            i += 1
-        else:
-            taken.append(p[:n])
-            return taken, [p[n:], *parts[i + 1 :]]
-    return taken, parts[i:]
+def _unbound(*_args: object) -> None:
+    raise RuntimeError("a relay line read before its events were bound")

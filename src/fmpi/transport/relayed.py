@@ -1,7 +1,7 @@
 """The relay connection as the engine sees it: control frames, heartbeats, relayed streams, peers gone.
 
-The rank's registered relay connection (``relay_channel.RelayChannel``)
-carries the job's control frames (aborts, a peer lost, an undeliverable
+The rank's line to the relay (a ``relay_line.RelayLine``: the registered
+fmpi-relay connection, or the Redis line) carries the job's control frames (aborts, a peer lost, an undeliverable
 FORWARD: passed to the rank's session, the ``RelayHandler``), the answers to
 the linker's lookups of peers' records (PEERS), heartbeats
 both ways, and the pair streams that go through the relay (FORWARD chunks,
@@ -14,7 +14,6 @@ the rank through its session.
 
 from __future__ import annotations
 
-import socket
 import time
 from typing import Any, Callable
 
@@ -27,7 +26,8 @@ from .core import Core, RelayHandler
 from .peers import PeerState
 from .progress import READ, WRITE
 from .receiving import Receiver
-from .relay_channel import RelayChannel, RelayLost
+from .relay_channel import RelayLost
+from .relay_line import RelayLine
 from .requests import TransportError, peer_died, peer_finalized
 from .sending import Sender
 
@@ -49,20 +49,17 @@ class Relayed:
         self._assemblers: dict[int, FrameAssembler] = {}
         self._last_beat = 0.0
 
-    def attach_relay(self, sock: socket.socket, handler: RelayHandler, leftover: bytes = b"") -> None:
-        """Use `sock` (the rank's registered relay connection) for control, punching and relayed links."""
+    def attach_relay(self, channel: RelayLine, handler: RelayHandler) -> None:
+        """Use `channel` (the rank's line to the relay) for control, punching and relayed links."""
         core = self._core
-        channel = RelayChannel(
-            sock, on_forward=self._on_forward, on_control=self._on_relay_control, leftover=leftover,
-            chunk=core.options.relay_chunk,
-        )
+        channel.bind(self._on_forward, self._on_relay_control)
         with core.lock:
             core.relay = channel
             core.handler = handler
         core.loop.call_soon(lambda: self._register_relay(channel))
 
-    def replace_relay(self, sock: socket.socket, leftover: bytes = b"") -> None:
-        """The job's relay restarted and this rank has registered again on `sock`: carry on over it.
+    def replace_relay(self, channel: RelayLine) -> None:
+        """The job's relay restarted and this rank has registered again on `channel`: carry on over it.
 
         Whatever the old relay held is gone: the control frames it had not
         passed on, and the relayed streams' frames in flight. Every relayed
@@ -71,14 +68,10 @@ class Relayed:
         side resends what the other has not acknowledged; sequence numbers
         drop what arrives twice. Direct links never noticed the restart.
         """
-        core = self._core
-        channel = RelayChannel(
-            sock, on_forward=self._on_forward, on_control=self._on_relay_control, leftover=leftover,
-            chunk=core.options.relay_chunk,
-        )
-        core.loop.call_soon(lambda: self._adopt_relay(channel))
+        channel.bind(self._on_forward, self._on_relay_control)
+        self._core.loop.call_soon(lambda: self._adopt_relay(channel))
 
-    def _adopt_relay(self, channel: RelayChannel) -> None:
+    def _adopt_relay(self, channel: RelayLine) -> None:
         """Progress thread: switch to the rejoined relay connection (see ``replace_relay``)."""
         core = self._core
         with core.lock:
@@ -108,14 +101,14 @@ class Relayed:
                 self._sender.want_write(relay)
 
     # ------------------------------------------------------------ events
-    def _register_relay(self, channel: RelayChannel) -> None:
+    def _register_relay(self, channel: RelayLine) -> None:
         core = self._core
         events = READ | (WRITE if channel.has_queued() else 0)
         core.loop.register(channel.sock, events, self._on_relay_event)
         self._last_beat = time.monotonic()
         core.loop.call_later(core.options.heartbeat_interval, lambda: self._heartbeat(channel))
 
-    def _heartbeat(self, relay: RelayChannel) -> None:
+    def _heartbeat(self, relay: RelayLine) -> None:
         """Progress thread, every heartbeat_interval: tell the relay we live; notice when it no longer does.
 
         A relay (or the path to it) that vanishes without a FIN would leave this

@@ -14,7 +14,7 @@ from ..wire.rank_frames import Kind
 from .core import Core
 from .peers import Peer
 from .progress import READ, WRITE
-from .relay_channel import RelayChannel, RelayRoute
+from .relay_line import RelayLine, RelayRoute
 from .requests import Arrived, SendOp
 from .stream import Carrier, Stream
 
@@ -45,7 +45,7 @@ class Sender:
                 for op in done:
                     core.complete_locked(op)
 
-    def want_write(self, carrier: Carrier | RelayChannel) -> None:
+    def want_write(self, carrier: Carrier | RelayLine) -> None:
         """Have the progress thread finish writing what `carrier` queued (any thread)."""
         loop = self._core.loop
         fileobj = carrier.channel.sock if isinstance(carrier, RelayRoute) else carrier.sock

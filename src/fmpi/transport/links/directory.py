@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 from ...wire.relay_protocol import MAX_LOOKUP, Kind, parse_peers
 from ..core import Core
 from ..peers import Peer
-from ..relay_channel import RelayChannel
+from ..relay_line import RelayLine
 from ..routes import PeerAddress, Route, plan_route
 
 Endpoint = tuple[str, int]
@@ -41,7 +41,7 @@ class Directory:
         core: Core,
         me: PeerAddress | None,
         endpoints: Callable[[int], Sequence[Endpoint]] | None,
-        want_write: Callable[[RelayChannel], None],
+        want_write: Callable[[RelayLine], None],
         local_addr: Endpoint | None,
     ) -> None:
         self._core = core

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import select
 import threading
 import time
 
 import pytest
 
+from fmpi import rendezvous
 from fmpi.launcher.job import Job
+from fmpi.natpunch.sockets import bind_reusable
 from fmpi.rank import join as bootstrap
 from fmpi.rank.join import join
 from fmpi.rank.spec import RankSpec
 from fmpi.rendezvous.redis import DEFAULT_TTL, connect, job_pattern
+from fmpi.rendezvous.redis_line import INBOUND_LIMIT
 from fmpi.rendezvous.redis_mailbox import (
+    BATCH_ITEMS,
     FINISHED,
     JOB_GONE,
     QUEUED,
@@ -201,3 +206,49 @@ def test_mailbox_keeps_order_refuses_finished_ranks_and_never_revives_an_ended_j
     assert keys_of(client, job) == []
     box0.close()
     box1.close()
+
+
+# ------------------------------------------------------------------ the line alone
+def _lines(url: str, job: Job) -> list:
+    """Both ranks of a 2-rank `job` past the world, each its Redis line (events bound, not read yet)."""
+    members = []
+    for rank in range(2):
+        member = rendezvous.connect(url, job.id, job.token)
+        member.open(bind_reusable(member.local_ip(), 0), 5.0)
+        member.register(rank, f"i{rank}", 5.0)
+        members.append(member)
+    lines = []
+    for member in members:
+        member.wait_world(time.monotonic() + 10)
+        line = member.carrier().line
+        got: list = []
+        line.bind(lambda src, chunk, got=got: got.append((src, bytes(chunk))), lambda kind, body: None)
+        lines.append((line, got))
+    return lines
+
+
+def test_a_line_stops_popping_while_its_engine_has_not_taken_what_arrived(redis_server):
+    # A rank that computes while a peer floods it must not pull the whole flood out of Redis into its memory: the
+    # line's downlink stops popping once INBOUND_LIMIT bytes wait for the engine (plus the one batch it popped).
+    url, client = redis_server
+    job = Job(url, 2, 10.0)
+    try:
+        (a, _), (b, got) = _lines(url, job)
+        frame = bytes(range(256)) * (256 * 1024)  # 64 MiB: 256 chunks of 256 KiB
+        a.forward(1, [memoryview(frame)], None)
+        assert a.drain(60)
+        mbox = f"fmpi:{{{job.id}}}:mbox:1"
+        time.sleep(1.0)  # (time for a downlink without a bound to pop it all)
+        left = client.llen(mbox)
+        held = INBOUND_LIMIT + BATCH_ITEMS * 256 * 1024
+        assert left >= (len(frame) - held) // (256 * 1024), f"only {left} chunks left in Redis"
+        deadline = time.monotonic() + 60
+        while sum(len(c) for _, c in got) < len(frame) and time.monotonic() < deadline:
+            if select.select([b.sock], [], [], 1.0)[0]:
+                b.on_readable()
+        assert b"".join(c for _, c in got) == frame and {src for src, _ in got} == {0}
+        assert client.llen(mbox) == 0
+        for line in (a, b):
+            line.close_gracefully(1.0)
+    finally:
+        job.end()
