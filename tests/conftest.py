@@ -182,6 +182,25 @@ class RedisCluster:
     def evalsha_calls(self) -> dict[int, int]:
         return {p: c.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0) for p, c in self.clients.items()}
 
+    def move_slot(self, slot: int, to_port: int) -> None:
+        """Migrate `slot` (and its keys) to the master at `to_port`, as a resharding does, while clients use it."""
+        source = next(p for p in self.ports if p != to_port and slot in self.slots_of(p))
+        src, dst = self.clients[source], self.clients[to_port]
+        src_id, dst_id = (c.execute_command("CLUSTER MYID") for c in (src, dst))
+        dst.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", src_id)
+        src.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", dst_id)
+        while keys := src.execute_command("CLUSTER GETKEYSINSLOT", slot, 100):
+            src.execute_command("MIGRATE", "127.0.0.1", to_port, "", 0, 5000, "AUTH", self.password, "KEYS", *keys)
+        for client in self.clients.values():
+            client.execute_command("CLUSTER SETSLOT", slot, "NODE", dst_id)
+
+    def slots_of(self, port: int) -> set[int]:
+        slots: set[int] = set()
+        for start, end, master, *_ in self.clients[self.ports[0]].execute_command("CLUSTER SLOTS"):
+            if int(master[1]) == port:
+                slots.update(range(start, end + 1))
+        return slots
+
 
 def _cluster_ports(count: int) -> list[int]:
     """Free ports whose cluster bus ports (port + 10000) are free too."""

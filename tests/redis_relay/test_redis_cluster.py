@@ -19,9 +19,10 @@ import time
 from pathlib import Path
 
 import pytest
+import redis.cluster
+from redis.crc import key_slot
 from tests_support import fmpirun_argv, free_port, verdict
 
-from fmpi.redis_relay.collectives import RedisCollectives
 from fmpi.rendezvous import redis_connect
 from fmpi.rendezvous.redis import RedisJob, RedisRank, connect
 from fmpi.rendezvous.relay_connection import RelayError
@@ -83,7 +84,8 @@ def test_connect_lands_on_the_node_serving_the_job(redis_cluster, which):
     owner = cluster.owner(f"fmpi:{{{job}}}:meta")
     client = connect(cluster.url(port), job=job)
     try:
-        assert client.connection_pool.connection_kwargs["port"] == owner
+        assert isinstance(client, redis.cluster.RedisCluster)
+        assert client.get_node_from_key(f"fmpi:{{{job}}}:meta").port == owner
         client.set(f"fmpi:{{{job}}}:probe", b"x", ex=5)  # a keyed command: no MOVED
         client.delete(f"fmpi:{{{job}}}:probe")
     finally:
@@ -126,19 +128,80 @@ def test_a_db_other_than_0_is_refused(redis_cluster):
     assert redis_cluster.password not in str(info.value)
 
 
-def test_a_moved_slot_is_a_clear_error(redis_cluster, monkeypatch):
-    """Talking to a node that no longer serves the job's slot (as after a resharding) fails with a clear error."""
+def test_a_moved_slot_during_registration_is_a_clear_error(redis_cluster, monkeypatch):
+    """The registration connection (bound to the rank's shared port, so no cluster client) talking to a node that
+    no longer serves the job's slot fails with a clear error."""
     cluster = redis_cluster
     job = job_on_another_node(cluster, cluster.spare)
     url = cluster.url(cluster.spare)
-    monkeypatch.setitem(redis_connect._job_nodes, (url, job), url)  # as if the slot had been on the spare
-    coll = RedisCollectives(url, job, "t" * 32)
+    monkeypatch.setitem(redis_connect._job_nodes, (url, job), (url, True))  # as if the slot had been on the spare
+    member = RedisRank(url, job, "t" * 32, source=("127.0.0.1", free_port()))
     try:
-        with pytest.raises(RelayError, match=r"the job's Redis Cluster slot \d+ moved to 127\.0\.0\.1:\d+ while the job ran") as info:
-            coll.barrier("w", 0, 0, 1)
+        with pytest.raises(RelayError, match=r"the job's Redis Cluster slot \d+ moved to 127\.0\.0\.1:\d+ while the rank registered") as info:
+            member.register(0, "i", [("127.0.0.1", 1000)])
         assert info.value.code == "moved"
     finally:
-        coll.close()
+        member.close()
+
+
+FOLLOWER = """
+import sys, time
+import numpy as np
+from mpi4py import MPI
+from fmpi.api import runtime
+comm = MPI.COMM_WORLD
+total = 0
+for i in range(int(sys.argv[1])):
+    if comm.rank == 0:
+        comm.send((i, b"x" * 50000), dest=1, tag=i)
+        assert comm.recv(source=1, tag=i) == (i, b"x" * 50000)
+    else:
+        comm.send(comm.recv(source=0, tag=i), dest=0, tag=i)
+    out = np.zeros(3, "i8")
+    comm.Allreduce(np.full(3, i, "i8"), out)
+    total += int(out[0])
+    time.sleep(0.02)
+print("rank", comm.rank, "total", total, "server", runtime.server_collective_calls().get("allreduce", 0), flush=True)
+"""
+
+
+def test_a_job_follows_its_slot_when_the_cluster_moves_it(redis_cluster, tmp_path):
+    """Resharding while a job runs: its slot (every key of the job) migrates to another master mid-job; the ranks'
+    relayed messages, server-side collectives and the launcher follow it, and the job ends as if nothing happened."""
+    cluster = redis_cluster
+    program = tmp_path / "follower.py"
+    program.write_text(FOLLOWER)
+    rounds = 400
+    proc = subprocess.Popen(
+        fmpirun_argv("-n", "2", "--relay", cluster.url(cluster.ports[0]), "--channel", "relay", sys.executable,
+                     str(program), str(rounds)),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path), env=dict(os.environ),
+    )
+    try:
+        deadline = time.monotonic() + 60
+        metas: list[bytes] = []
+        while not metas:
+            assert time.monotonic() < deadline and proc.poll() is None, "the job never showed up in the cluster"
+            metas = [k for keys in cluster.fmpi_keys().values() for k in keys if k.endswith(b":meta")]
+            time.sleep(0.1)
+        job = metas[0].decode().split("{", 1)[1].split("}", 1)[0]
+        while not any(k.endswith(b":finished") or b":mbox:" in k for keys in cluster.fmpi_keys().values() for k in keys):
+            assert time.monotonic() < deadline and proc.poll() is None, "the ranks never relayed through the cluster"
+            time.sleep(0.05)
+        old = cluster.owner(f"fmpi:{{{job}}}:meta")
+        target = cluster.spare if old != cluster.spare else cluster.ports[0]
+        before = cluster.evalsha_calls()
+        cluster.move_slot(key_slot(f"{{{job}}}".encode()), target)
+        assert proc.poll() is None, "the job ended before its slot moved: make it longer"
+        out, err = proc.communicate(timeout=240)
+    finally:
+        proc.kill()
+    total = 2 * sum(range(rounds))
+    assert proc.returncode == 0, err[-4000:]
+    lines = sorted(line for line in out.splitlines() if line.startswith("rank"))
+    assert lines == [f"rank {r} total {total} server {rounds}" for r in (0, 1)], out[-2000:]  # (every Allreduce on Redis)
+    assert cluster.evalsha_calls()[target] > before[target], "nothing ran on the slot's new master"
+    assert cluster.fmpi_keys() == {}
 
 
 # ------------------------------------------------------------- whole jobs

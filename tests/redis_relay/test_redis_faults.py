@@ -133,7 +133,7 @@ def test_an_allreduce_over_the_servers_bulk_limit_is_exact(own_redis, tmp_path):
 def test_the_bulk_limit_is_read_from_the_server_or_assumed_where_config_is_refused(own_redis):
     import redis
 
-    from fmpi.redis_relay.collectives import DEFAULT_BULK_MAX, bulk_limit
+    from fmpi.rendezvous.redis_connect import DEFAULT_BULK_MAX, bulk_limit
 
     _server, url, client = own_redis
     client.config_set("proto-max-bulk-len", "2mb")

@@ -55,11 +55,11 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
-from ..rendezvous.redis_connect import explain
+from ..rendezvous.redis_connect import DEFAULT_BULK_MAX, bulk_limit, explain, is_cluster, redirected, refresh
 from ..rendezvous.redis_keys import DEFAULT_TTL
 from ..rendezvous.redis_seal import ALL, COLL, OVERHEAD, JobKey, Opener, Refused, Sealer, refusal_notice
 from ..rendezvous.relay_connection import RelayError
@@ -70,7 +70,7 @@ from ..wire.reduce_ops import ufunc as ufunc_of
 KEEP = 8  # completed rounds per communicator whose result a late retry still gets
 SMALL_MAX = 64 << 10  # N x vector bytes up to which every rank gets all contributions
 WAIT = 30  # seconds per BLPOP; it is repeated while the job lives
-DEFAULT_BULK_MAX = 512 << 20  # Redis' default proto-max-bulk-len: assumed where CONFIG is refused (ElastiCache)
+SLOT_MOVE = 30.0  # seconds a call waits for a Redis Cluster to finish moving the job's slot
 
 # Shared by the scripts: record a completed round (`result` for late retries), forget old ones;
 # wake ranks; refuse a call for a gone job or an expired round; gather one value per rank.
@@ -236,7 +236,7 @@ class RedisCollectives:
     def _call(
         self, script: str, comm_key: str, round: int, rank: int, size: int, payloads: list, wake: str, deadline: float | None
     ) -> tuple[int, bytes]:
-        """Run `script` and BLPOP the caller's wake list `wake`, pipelined: one round trip. (script's answer, popped)
+        """Run `script` and BLPOP the caller's wake list `wake` (one round trip off a cluster). (script's answer, popped)
 
         Waits as long as the job lives, or until `deadline` (then RelayError, code "timeout").
         """
@@ -248,19 +248,7 @@ class RedisCollectives:
         client = self._client()
         argv = [self._base(comm_key), round, rank, size, self.ttl, self.keep, *payloads]
         try:
-            # EVALSHA with the sha loaded at connect: a redis-py Script in a pipeline would cost a
-            # SCRIPT EXISTS round trip on every execute.
-            pipe = client.pipeline(transaction=False)
-            pipe.evalsha(self._scripts[script], 2, self._meta, wake, *argv)
-            pipe.blpop([wake], timeout=wait())
-            try:
-                code, popped = pipe.execute()
-            except redis.exceptions.NoScriptError:  # the server lost its script cache (restart, SCRIPT FLUSH)
-                self._load(client)
-                pipe = client.pipeline(transaction=False)
-                pipe.evalsha(self._scripts[script], 2, self._meta, wake, *argv)
-                pipe.blpop([wake], timeout=wait())
-                code, popped = pipe.execute()
+            code, popped = self._script_then_pop(client, self._scripts[script], wake, argv, wait)
             while popped is None:  # still waiting for slower ranks, as long as the job lives
                 if not client.exists(self._meta):
                     raise RelayError(f"job {self.job} ended while this rank waited in a collective on Redis", "job_over")
@@ -275,6 +263,33 @@ class RedisCollectives:
         except redis.RedisError as exc:
             raise RelayError(f"lost Redis at {self.where} during a collective: {exc}", "lost") from None
         return int(code), popped[1]
+
+    def _script_then_pop(self, client: Any, sha: str, wake: str, argv: list, wait: Callable[[], float]) -> list:
+        """EVALSHA (the sha loaded at connect: a redis-py Script in a pipeline would cost a SCRIPT EXISTS round trip
+        every time) and BLPOP: pipelined, one round trip, on a plain server; on a Redis Cluster (whose client
+        refuses EVALSHA in a pipeline) one after the other, through the cluster client, which follows the job's
+        slot. The script again after a lost script cache (restart, SCRIPT FLUSH, a slot's new master) or, for up
+        to SLOT_MOVE s, while a cluster moves the job's slot (none of those ran it)."""
+        import redis
+
+        give_up = time.monotonic() + SLOT_MOVE
+        while True:
+            try:
+                if not is_cluster(client):
+                    pipe = client.pipeline(transaction=False)
+                    pipe.evalsha(sha, 2, self._meta, wake, *argv)
+                    pipe.blpop([wake], timeout=wait())
+                    return pipe.execute()
+                code = client.evalsha(sha, 2, self._meta, wake, *argv)
+                return [code, client.blpop([wake], timeout=wait())]
+            except redis.ResponseError as exc:
+                if time.monotonic() > give_up:
+                    raise
+                if isinstance(exc, redis.exceptions.NoScriptError):
+                    refresh(client)  # (on a cluster, the slot's new master may be one the client has not met)
+                    self._load(client)  # (a script's sha is its text's: the same again)
+                elif not redirected(client, exc):
+                    raise
 
     # ------------------------------------------------------------ sealing
     def _seal(self, rank: int, receiver: int, data: bytes, context: bytes) -> bytes:
@@ -365,22 +380,6 @@ class RedisCollectives:
         client, self._redis = self._redis, None
         if client is not None:
             client.close()
-
-
-def bulk_limit(client: Any, where: str) -> int:
-    """The server's proto-max-bulk-len: the longest string it accepts in a command (bytes).
-
-    Managed services often refuse CONFIG (ElastiCache renames it, an ACL may
-    deny it): then Redis' default, which they keep.
-    """
-    import redis
-
-    try:
-        return int(client.config_get("proto-max-bulk-len")["proto-max-bulk-len"])
-    except (redis.ResponseError, KeyError, ValueError):
-        return DEFAULT_BULK_MAX
-    except redis.RedisError as exc:
-        raise RelayError(f"lost Redis at {where}: {exc}", "lost") from None
 
 
 def _context(comm_key: str, round: int, step: str) -> bytes:

@@ -42,7 +42,7 @@ from typing import Any, Callable
 from ..util.ranges import describe_ranks
 from ..wire.errors import Aborted, RelayError
 from ..wire.relay_protocol import abort_body, peer_record, peers_answer
-from .redis_connect import connect, explain
+from .redis_connect import connect, explain, on_cluster, scan_slot
 from .redis_keys import DEFAULT_TTL, job_pattern
 from .redis_keys import keys as _keys
 from .redis_scripts import NOTIFY_ALL, REGISTER
@@ -136,8 +136,7 @@ class RedisJob:
         self._closed.set()
         self._timer.cancel()
         self._refused.flush()
-        pattern = job_pattern(self.job)
-        keys = list(self._redis.scan_iter(match=pattern, count=1000))
+        keys = scan_slot(self._redis, job_pattern(self.job), self._keys["meta"])
         if keys:
             self._redis.delete(*keys)
         self._redis.rpush(self._keys["events"], self._sealer.seal(CONTROL, LAUNCHER, b'{"type":"_end"}'))  # wake the follower
@@ -227,6 +226,8 @@ class RedisRank:
                 world_notice]
         try:
             self.rank = int(self._register(keys=self._list(), args=args))
+        except redis.exceptions.AskError as exc:  # (MovedError is one)
+            raise RelayError(explain(exc), "moved") from None
         except redis.ResponseError as exc:
             raise _refusal(exc) from None
         self.sealer = sealer if rank == self.rank else Sealer(self.key, self.rank)
@@ -301,8 +302,17 @@ class RedisRank:
         threading.Thread(target=run, name="fmpi-redis-inbox", daemon=True).start()
 
     def hand_over(self) -> tuple[Any, Any]:
-        """After the world: (the command client, the blocking client) for the rank's bridge, which then owns them."""
+        """(the command client, the blocking client) for the rank's line, which then owns them."""
         return self._redis, self._inbox_conn
+
+    def follow_slot(self) -> None:
+        """After the world. The registration connection was bound to the rank's shared port so that Redis saw the
+        port peers punch to; on a Redis Cluster a cluster client takes its place now, so the rank's commands follow
+        the job's slot if it moves (resharding, failover)."""
+        if on_cluster(self.url, self.job):
+            bound, self._redis = self._redis, connect(self.url, job=self.job)
+            bound.close()
+            self._notify = self._redis.register_script(NOTIFY_ALL)
 
     def abort(self, code: int, reason: str, cause: dict[str, Any] | None = None) -> None:
         notice = self.sealer.seal(CONTROL, ALL, _dumps({"kind": "abort", **abort_body(code, reason, cause), "rank": self.rank}))

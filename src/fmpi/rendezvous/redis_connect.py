@@ -1,11 +1,16 @@
 """Connecting to the Redis a job uses: the rank's bound connection, Redis Cluster routing.
 
 Redis Cluster: ``connect(url, job=J)`` asks the node in the URL ``INFO
-cluster``; on a cluster it looks up the master serving the slot of J's hash
-tag (``CLUSTER SLOTS``) and connects a plain client to that node instead, so
-every code path (scripts, pipelines, BLPOPs, the rank's bound connection)
-stays the one used with a single server. A slot that migrates while the job
-runs is not followed: the MOVED reply becomes a clear error (``explain``).
+cluster``; on a cluster it returns redis-py's ``RedisCluster`` client, which
+routes each command to the master serving its slot (every key of a job
+carries J's hash tag, so one master serves the whole job) and follows the
+slot when it moves (resharding, failover): MOVED and ASK replies, a blocked
+BLPOP redirected, scripts loaded again on the new master. The one client
+that cannot be a cluster client is a rank's registration connection, made
+from the rank's shared port (``source``) so Redis observes the port peers
+punch to: it goes to the slot's master directly (``CLUSTER SLOTS``), is used
+only until the world is out, and a MOVED reply on it becomes a clear error
+(``explain``).
 
 Deadlines: every connection's set-up (TCP connect, TLS handshake, AUTH/SELECT
 and a PING) must finish within the connect timeout, so a server that accepts
@@ -23,6 +28,8 @@ from .. import settings
 from ..wire.errors import RelayError
 from .relay_connection import local_ip_towards
 from .urls import parse, safe_url, with_address
+
+DEFAULT_BULK_MAX = 512 << 20  # Redis' default proto-max-bulk-len: assumed where CONFIG is refused (ElastiCache)
 
 
 def source_ip(url: str) -> str:
@@ -153,7 +160,23 @@ def _scheme_hint(url: str, exc: BaseException) -> str:
     return ""
 
 
-_job_nodes: dict[tuple[str, str], str] = {}  # (url, job) -> URL of the node serving the job (url itself off a cluster)
+def bulk_limit(client: Any, where: str) -> int:
+    """The server's proto-max-bulk-len: the longest string it accepts in a command (bytes).
+
+    Managed services often refuse CONFIG (ElastiCache renames it, an ACL may
+    deny it): then Redis' default, which they keep.
+    """
+    import redis
+
+    try:
+        return int(client.config_get("proto-max-bulk-len")["proto-max-bulk-len"])
+    except (redis.ResponseError, KeyError, ValueError):
+        return DEFAULT_BULK_MAX
+    except redis.RedisError as exc:
+        raise RelayError(f"lost Redis at {where}: {exc}", "lost") from None
+
+
+_job_nodes: dict[tuple[str, str], tuple[str, bool]] = {}  # (url, job) -> (URL of the node serving the job, clustered)
 
 
 def connect(url: str, timeout: float = 10.0, source: tuple[str, int] | None = None, job: str | None = None):
@@ -165,42 +188,86 @@ def connect(url: str, timeout: float = 10.0, source: tuple[str, int] | None = No
     against the system's CAs, or against FMPI_TLS_CA when set (unless the
     URL says otherwise, e.g. ``?ssl_cert_reqs=none``).
 
-    `job`: when `url` names a node of a Redis Cluster, the client is
-    connected to the master serving the slot of the job's keys instead
-    (found once per process and job; on a plain server that costs one
-    ``INFO cluster``).
+    `job`: when `url` names a node of a Redis Cluster, the client is a
+    ``RedisCluster`` (with `source`: a plain client of the master serving the
+    slot of the job's keys). Whether it is a cluster is found once per
+    process and job; on a plain server that costs one ``INFO cluster``.
     """
     if job is None:
         return _connect(url, timeout, source)
     known = _job_nodes.get((url, job))
-    client = _connect(known or url, timeout, source)
-    if known is not None:
-        return client
-    try:
-        node = _job_node(client, url, job)
-    except BaseException:
+    if known is None:
+        client = _connect(url, timeout, source)
+        try:
+            known = _job_node(client, url, job)
+        except BaseException:
+            client.close()
+            raise
+        _job_nodes[(url, job)] = known
+        if not known[1]:
+            return client
         client.close()
-        raise
-    _job_nodes[(url, job)] = node
-    if node == url:
-        return client
-    client.close()
+    node, clustered = known
+    if not clustered:
+        return _connect(url, timeout, source)
+    if source is None:
+        return _connect_cluster(url, timeout)
     return _connect(node, timeout, source)
 
 
-def _job_node(client: Any, url: str, job: str) -> str:
-    """`url`, or on a Redis Cluster the URL of the master serving `job`'s slot (same password, db, options)."""
+def scan_slot(client: Any, pattern: str, key: str) -> list[bytes]:
+    """The keys matching `pattern` that live with `key` (a job's keys share its slot): SCAN on a plain server; on a
+    cluster, SCAN of the master serving `key`'s slot, read afresh (a resharding may have moved it since)."""
+    if not is_cluster(client):
+        return list(client.scan_iter(match=pattern, count=1000))
+    refresh(client)
+    return list(client.scan_iter(match=pattern, count=1000, target_nodes=client.get_node_from_key(key)))
+
+
+def is_cluster(client: Any) -> bool:
+    """Whether `client` is a Redis Cluster client (see ``connect``)."""
+    from redis.cluster import RedisCluster
+
+    return isinstance(client, RedisCluster)
+
+
+def redirected(client: Any, exc: BaseException) -> bool:
+    """Whether `exc` says a cluster's slot is moving (ASK, MOVED, TRYAGAIN): then the layout is read afresh, after a
+    short pause, and the command may be sent again (none of these ran it)."""
+    import redis
+
+    if not (is_cluster(client) and isinstance(exc, (redis.exceptions.AskError, redis.exceptions.TryAgainError))):
+        return False
+    time.sleep(0.05)
+    refresh(client)
+    return True
+
+
+def refresh(client: Any) -> None:
+    """Read a cluster's layout afresh (which master serves which slot); nothing off a cluster."""
+    if is_cluster(client):
+        client.nodes_manager.initialize()
+
+
+def on_cluster(url: str, job: str) -> bool:
+    """Whether `url` turned out to be a Redis Cluster node when a client for `job` was made."""
+    return _job_nodes.get((url, job), (url, False))[1]
+
+
+def _job_node(client: Any, url: str, job: str) -> tuple[str, bool]:
+    """(`url`, False) off a cluster; on a Redis Cluster (the URL of the master serving `job`'s slot, with the same
+    password, db and options, True)."""
     import redis
     from redis.crc import key_slot
 
     try:
         enabled = int(client.info("cluster").get("cluster_enabled", 0))
     except redis.ResponseError:  # INFO renamed or not allowed: treat it as a plain server
-        return url
+        return url, False
     except redis.RedisError as exc:
         raise RelayError(f"cannot reach Redis at {safe_url(url)}: {exc}", "unreachable") from None
     if not enabled:
-        return url
+        return url, False
     slot = key_slot(f"{{{job}}}".encode())  # every key of the job carries this hash tag (redis_rendezvous)
     try:
         ranges = client.execute_command("CLUSTER SLOTS")
@@ -213,7 +280,7 @@ def _job_node(client: Any, url: str, job: str) -> str:
             host = master[0].decode() if isinstance(master[0], bytes) else str(master[0])
             if host in ("", "?"):  # "the node you asked" / endpoint unknown
                 host = parse(url).first[0]
-            return with_address(url, host, int(master[1]))
+            return with_address(url, host, int(master[1])), True
     raise RelayError(
         f"the Redis Cluster at {safe_url(url)} has no node serving slot {slot} (job {job!r}): is cluster_state ok?", "unavailable"
     )
@@ -225,19 +292,20 @@ def explain(exc: BaseException) -> str:
 
     if isinstance(exc, redis.exceptions.AskError):  # MovedError is an AskError
         return (
-            f"the job's Redis Cluster slot {exc.slot_id} moved to {exc.host}:{exc.port} while the job ran "
-            "(resharding or failover); fmpi does not follow a slot mid-job: run the job again"
+            f"the job's Redis Cluster slot {exc.slot_id} moved to {exc.host}:{exc.port} while the rank registered "
+            "(resharding or failover): run the job again"
         )
     return str(exc)
 
 
-def _connect(url: str, timeout: float, source: tuple[str, int] | None):
+def _options(url: str, source: tuple[str, int] | None) -> dict[str, Any]:
+    """redis-py's options for a connection to `url`: set-up deadlines, the bound port, FMPI_TLS_CA."""
     try:
         import redis
     except ImportError:
         raise RelayError("a redis:// relay needs redis-py: pip install 'fmpi[redis]'", "unavailable") from None
     tls = parse(url).tls  # (a bad URL: one clear ValueError)
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {"socket_timeout": None, "health_check_interval": 0}
     if source is not None:
         extra["connection_class"] = _deadline_class(_bound_connection_class(source, tls))
     else:
@@ -245,7 +313,40 @@ def _connect(url: str, timeout: float, source: tuple[str, int] | None):
     ca = settings.tls_ca()
     if tls and ca and "ssl_ca_certs=" not in url:
         extra["ssl_ca_certs"] = ca
-    client = redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=None, health_check_interval=0, **extra)
+    return extra
+
+
+def _connect_cluster(url: str, timeout: float):
+    """A ``RedisCluster`` client seeded with the node `url` names (which answered ``INFO`` a moment ago)."""
+    import redis
+    from redis.cluster import PRIMARY, ClusterNode, RedisCluster
+
+    class FollowingCluster(RedisCluster):
+        """redis-py's client, also redirected (ASK) to a master it has not met: one that served no slot until a
+        resharding moves one to it, the usual way to add a node (redis-py 8.1 looks an ASK's target up in its
+        cache only, finds nothing, and fails with an AttributeError; a MOVED adds the node, as done here)."""
+
+        def get_node(self, host=None, port=None, node_name=None):
+            node = super().get_node(host, port, node_name)
+            if node is None and node_name:
+                manager = self.nodes_manager
+                host, _, port = node_name.rpartition(":")
+                with manager._lock:
+                    node = manager.nodes_cache.setdefault(node_name, ClusterNode(host, int(port), PRIMARY))
+            return node
+
+    try:
+        return FollowingCluster.from_url(url, socket_connect_timeout=timeout, **_options(url, None))
+    except redis.RedisError as exc:
+        raise RelayError(f"cannot use the Redis Cluster at {safe_url(url)}: {exc}", "unavailable") from None
+
+
+def _connect(url: str, timeout: float, source: tuple[str, int] | None):
+    options = _options(url, source)
+    import redis
+
+    client = redis.Redis.from_url(url, socket_connect_timeout=timeout, **options)
+    tls = parse(url).tls
     try:
         client.ping()
     except redis.AuthenticationError as exc:

@@ -56,6 +56,7 @@ class RedisLine:
         self._member = member
         self._where = safe_url(member.url)
         self._chunk = chunk
+        member.follow_slot()
         commands, blocking = member.hand_over()
         self._box = RankMailbox(commands, blocking, member.job, member.rank, member.sealer, ttl)
         self.sock, self._bell = socket.socketpair()  # the progress loop watches `sock`; `_bell` rings it
