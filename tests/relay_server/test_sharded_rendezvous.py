@@ -22,7 +22,7 @@ from tests_support import RelayProcess, fmpirun_argv
 from fmpi import rendezvous
 from fmpi.natpunch.sockets import bind_reusable
 from fmpi.rendezvous.relay_connection import RelayConnection, RelayError
-from fmpi.wire.relay_protocol import Kind, forward_header
+from fmpi.wire.relay_protocol import Kind, forward_header, shard_forward_header
 
 TOKEN = "shard-token-0123456789abcdef"
 
@@ -228,6 +228,49 @@ def test_a_stranger_cannot_pose_as_a_relay_of_the_job(relays):
     assert conn.expect(Kind.SHARD, 5) == {"type": "hello"}
     conn.close()
     control.end()
+
+
+def test_a_chunk_from_another_relay_reaches_a_rank_only_after_its_world(relays):
+    """A relay whose world is out may relay to a rank whose own relay has not heard the last "full" yet: the chunk
+    waits for that rank's WORLD (a rank reads nothing but WORLD until then)."""
+    url = url_of(relays[:2])
+    control = rendezvous.job_control(url, sharded=True)
+    control.create("sharded-early", TOKEN, 2, 20, Events())
+    one = RelayConnection(relays[1].url)
+    one.send(Kind.REGISTER, {"job": "sharded-early", "token": TOKEN, "rank": 1, "incarnation": "i1", "endpoints": []})
+    one.expect(Kind.REGISTERED, 5)
+    # Posing as relay 0 (whoever has the token may): a chunk for rank 1 before relay 1 has its world.
+    shard = RelayConnection(relays[1].url)
+    shard.send(Kind.SHARD_HELLO, {"job": "sharded-early", "token": TOKEN, "shard": 0})
+    assert shard.expect(Kind.SHARD, 5) == {"type": "hello"}
+    shard.sock.sendall(shard_forward_header(0, 1, 5) + b"early")
+    time.sleep(0.3)
+    zero = RelayConnection(relays[0].url)
+    zero.send(Kind.REGISTER, {"job": "sharded-early", "token": TOKEN, "rank": 0, "incarnation": "i0", "endpoints": []})
+    zero.expect(Kind.REGISTERED, 5)
+    assert next_frame(one) == (Kind.WORLD, b'{"size":2}')
+    assert next_frame(one) == (Kind.FORWARD, b"\x00\x00\x00\x00early")
+    for conn in (one, shard, zero):
+        conn.close()
+    control.end()
+
+
+def test_a_lost_relay_fails_the_job_on_every_relay(relays):
+    """A sharded job does not outlive one of its relays (it cannot resume there): the launcher hears the failure,
+    and the ranks of the other relays are told why."""
+    url = url_of(relays[:2])
+    events = Events()
+    control = rendezvous.job_control(url, sharded=True)
+    control.create("sharded-lost", TOKEN, 2, 20, events)
+    ranks = join_all(url, "sharded-lost", [0, 1])
+    relays[1].stop()
+    assert events.failed_at.wait(10)
+    with pytest.raises(RelayError, match="lost one of its relays") as err:
+        ranks[0][0]._conn.recv(10)
+    assert err.value.code == "shard_lost"
+    control.end()
+    for meeting, _, _ in ranks.values():
+        meeting.close()
 
 
 PROGRAM = """

@@ -10,6 +10,7 @@ shard is full, so a LOOKUP is answered here whatever rank it names.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,7 @@ class ShardState:
     told_full: bool = False  # we told the others that every one of our slots is taken
     lost: set[int] = field(default_factory=set)  # remote ranks their shard said are lost
     told: set[tuple[int, int]] = field(default_factory=set)  # (source, dest) told UNDELIVERABLE already
+    world: asyncio.Event = field(default_factory=asyncio.Event)  # set once our world is out (or the job is over)
 
     @property
     def count(self) -> int:

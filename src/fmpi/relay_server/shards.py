@@ -65,6 +65,7 @@ log = logging.getLogger("fmpi.relay")
 RECORDS_PER_FRAME = 2048  # records of one frame to another shard (about 100 bytes each)
 CONNECT_FOR = 10.0  # seconds a link keeps trying a relay that does not hold the job yet (created on each in turn)
 RETRY_EVERY = 0.1
+LOST_GRACE = 1.0  # seconds between a shard link's loss and failing the job, unless it ended meanwhile
 WHAT = {"unknown": "is not a member of this job", "finished": "has finalized", "lost": "is gone"}
 
 
@@ -183,12 +184,18 @@ class ShardRelaying:
             self._shard_link(job, index).send(frame)
 
     def _shard_lost(self, job: Job, why: str) -> None:
+        """A link to another shard failed: fail the job, after a moment (the launcher ends a job on its relays one
+        after the other, and one that ended first closes its links: that is no failure)."""
+        asyncio.get_running_loop().call_later(LOST_GRACE, self._shard_fail, job, why)
+
+    def _shard_fail(self, job: Job, why: str) -> None:
         if not job.over:
             log.warning("job %s: %s; failing the job", job.id, why)
             self._fail(job, "shard_lost", f"job {job.id!r} lost one of its relays: {why}")
 
     def _shard_end(self, job: Job) -> None:
         """The job is over here: close our links and the other shards' links to us."""
+        job.shard.world.set()  # (a chunk that waits for the world waits no more: it is dropped)
         for link in job.shard.links.values():
             link.close()
         for conn in list(job.shard.incoming):
@@ -227,6 +234,8 @@ class ShardRelaying:
         if job.shard is not None and len(job.shard.full_from) != job.shard.count - 1:
             return
         self._publish_world(job)
+        if job.shard is not None:
+            job.shard.world.set()
 
     # ------------------------------------------------------------- the other shards' links to us
     def _shard_attach(self, conn: Connection, body: dict[str, Any]) -> tuple[Job, int]:
@@ -311,6 +320,12 @@ class ShardRelaying:
             raise ProtocolError("SHARD_FORWARD frame without its ranks")
         source, dest = SHARD_FORWARD_RANKS.unpack_from(payload)
         st: ShardState = job.shard
+        if not st.world.is_set():
+            # The sender's relay has every shard full, but the last "full" may still be on its way to us: this
+            # link waits (in order) until our ranks have their WORLD, which must reach them before any chunk.
+            await st.world.wait()
+        if job.over:
+            return
         target = job.members.get(dest) if job.owns(dest) else None
         reason = "unknown" if target is None else "finished" if target.finished is not None else "lost" if target.left else None
         if reason is not None:
