@@ -21,7 +21,7 @@ from tests_support import RelayProcess, fmpirun_argv
 
 from fmpi import rendezvous
 from fmpi.natpunch.sockets import bind_reusable
-from fmpi.rendezvous.relay_connection import RelayConnection, RelayError
+from fmpi.rendezvous.relay_connection import RelayConnection, RelayError, register
 from fmpi.wire.relay_protocol import Kind, forward_header, shard_forward_header
 
 TOKEN = "shard-token-0123456789abcdef"
@@ -268,6 +268,28 @@ def test_a_lost_relay_fails_the_job_on_every_relay(relays):
     with pytest.raises(RelayError, match="lost one of its relays") as err:
         ranks[0][0]._conn.recv(10)
     assert err.value.code == "shard_lost"
+    control.end()
+    for meeting, _, _ in ranks.values():
+        meeting.close()
+
+
+def test_a_rank_that_reconnects_resyncs_with_the_ranks_of_other_relays(relays):
+    url = url_of(relays[:2])
+    control = rendezvous.job_control(url, sharded=True)
+    control.create("sharded-back", TOKEN, 2, 20, Events())
+    ranks = join_all(url, "sharded-back", [0, 1])
+    zero = ranks[0][0]._conn
+    # Rank 1's connection to relay 1 is replaced by a new one (as after a reset): rank 0, on relay 0, hears it.
+    again = RelayConnection(relays[1].url)
+    register(again, "sharded-back", TOKEN, 1, "inc-1", [ranks[1][1].local], 5, rejoin_as=ranks[1][1].observed)
+    assert again.reconnected
+    assert zero.recv(5) == (Kind.PEER_BACK, {"rank": 1})
+    # Until rank 0 says RESYNCED, its chunks to rank 1 belong to the broken stream: dropped.
+    zero.sock.sendall(forward_header(1, 3) + b"old")
+    zero.send(Kind.RESYNCED, {"rank": 1})
+    zero.sock.sendall(forward_header(1, 3) + b"new")
+    assert next_frame(again) == (Kind.FORWARD, b"\x00\x00\x00\x00new")
+    again.close()
     control.end()
     for meeting, _, _ in ranks.values():
         meeting.close()

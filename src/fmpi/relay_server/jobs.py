@@ -62,6 +62,7 @@ class JobLifecycle(JobResumption, Reconnection, ShardRelaying):
             if resume is not None:
                 raise Refused("bad_request", f"job {job_id!r} is sharded over several relays: it cannot resume")
             self._shard_setup(job, body["shards"])
+            self._shard_open(job)
         self.jobs[job_id] = job
         if dso_only:
             conn.send(Kind.CREATED, {"job": job_id, "dso_only": True})
@@ -130,7 +131,7 @@ class JobLifecycle(JobResumption, Reconnection, ShardRelaying):
         event = {"type": "joined", "rank": rank, "joined": len(job.members), "size": job.size, "incarnation": member.incarnation,
                  **({"nat": member.nat} if member.nat else {})}
         job.watcher.send(Kind.EVENT, event)
-        self._filled(job)
+        self._filled(job, member)
         return job, member
 
     def _dispatch(self, job: Job, role: Job | Member, kind: Kind, body: dict[str, Any]) -> None:

@@ -30,6 +30,7 @@ class ShardState:
     records: dict[int, dict[str, Any]] = field(default_factory=dict)  # remote rank -> its PEERS record
     full_from: set[int] = field(default_factory=set)  # shards that said every one of their slots is taken
     told_full: bool = False  # we told the others that every one of our slots is taken
+    outbox: list[dict[str, Any]] = field(default_factory=list)  # records of ranks that registered, not sent yet
     lost: set[int] = field(default_factory=set)  # remote ranks their shard said are lost
     told: set[tuple[int, int]] = field(default_factory=set)  # (source, dest) told UNDELIVERABLE already
     world: asyncio.Event = field(default_factory=asyncio.Event)  # set once our world is out (or the job is over)

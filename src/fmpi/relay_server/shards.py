@@ -167,6 +167,12 @@ class ShardRelaying:
         job.shard = parse_shards(raw, job.id)
         job.quota = job.shard.quota(job.size)
 
+    def _shard_open(self, job: Job) -> None:
+        """Open the links to the other shards now, off the path of the last registration (connecting under the
+        load of thousands of ranks took half a second there)."""
+        for index in job.shard.others():
+            self._shard_link(job, index)
+
     def _shard_link(self, job: Job, index: int) -> ShardLink:
         st: ShardState = job.shard
         link = st.links.get(index)
@@ -202,25 +208,35 @@ class ShardRelaying:
             conn.close()
 
     # ------------------------------------------------------------------ world
-    def _filled(self, job: Job) -> None:
-        """A rank registered. Once every slot here is taken, the other shards get our records (a sharded job), and
-        the world is published when they are all full too."""
-        if len(job.members) != job.quota:
-            return
+    def _filled(self, job: Job, member: Member | None = None) -> None:
+        """`member` registered. A sharded job's other shards get its record soon (records go out as ranks register,
+        a batch per turn of the event loop, so that the last registration sends little), and once every slot here
+        is taken they hear we are full; the world is published when they all are."""
         st: ShardState | None = job.shard
+        full = len(job.members) == job.quota
         if st is not None:
-            st.told_full = True
-            records = [peer_record(m.rank, m.endpoints, m.observed, m.probe) for m in job.members.values()]
-            frames = [
-                encode(Kind.SHARD, {"type": "records", "records": records[start : start + RECORDS_PER_FRAME],
-                                    "full": start + RECORDS_PER_FRAME >= len(records)})
-                for start in range(0, len(records) or 1, RECORDS_PER_FRAME)
-            ]
-            for index in st.others():
-                link = self._shard_link(job, index)
-                for frame in frames:
-                    link.send(frame)
-        self._maybe_world(job)
+            if member is not None:
+                st.outbox.append(peer_record(member.rank, member.endpoints, member.observed, member.probe))
+            if full:
+                st.told_full = True
+                self._shard_flush(job, full=True)
+            elif len(st.outbox) >= RECORDS_PER_FRAME:
+                self._shard_flush(job)
+            elif len(st.outbox) == 1:
+                asyncio.get_running_loop().call_soon(self._shard_flush, job)
+        if full:
+            self._maybe_world(job)
+
+    def _shard_flush(self, job: Job, full: bool = False) -> None:
+        """Send the records not sent yet to the other shards (with `full`: and that every slot here is taken)."""
+        st: ShardState = job.shard
+        if job.over or not (st.outbox or full):
+            return
+        records, st.outbox = st.outbox, []
+        body: dict[str, Any] = {"type": "records", "records": records}
+        if full:
+            body["full"] = True
+        self._shard_broadcast(job, body)
 
     def _unfilled(self, job: Job) -> None:
         """A rank left before the world: this shard is no longer full."""
