@@ -285,6 +285,15 @@ def _serve_join(job: Job, relay_url: str, command: list[str] | None) -> int:
     return next(iter(bad.values()), 0)
 
 
+def _sharded(url: str) -> bool:
+    """Whether a rank joined by hand at `url` registers at its own relay of several (FMPI_SHARD_RENDEZVOUS=1)."""
+    try:
+        parsed = parse_url(url)
+    except ValueError:
+        return False  # (the spec says what is wrong with it)
+    return settings.current().shard_rendezvous and parsed.kind == FMPI_RELAY and len(parsed.addresses) > 1
+
+
 def _join(args: argparse.Namespace) -> int:
     if not args.job or args.size is None:
         raise UsageError("--join needs --job ID and --size N")
@@ -293,10 +302,8 @@ def _join(args: argparse.Namespace) -> int:
         raise UsageError("set FMPI_TOKEN to the job's token (fmpirun --print-join shows it)")
     command = resolve_command(args.command)
     try:
-        url = parse_url(args.join)
-        sharded = settings.current().shard_rendezvous and url.kind == FMPI_RELAY and len(url.addresses) > 1
         spec = RankSpec(args.job, args.rank, args.size, args.join, token,
-                        fill_timeout=args.fill_timeout, channel=args.channel or "", sharded=sharded)
+                        fill_timeout=args.fill_timeout, channel=args.channel or "", sharded=_sharded(args.join))
     except SpecError as exc:
         raise UsageError(str(exc)) from None
     env = dict(os.environ)
