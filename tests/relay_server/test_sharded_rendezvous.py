@@ -169,6 +169,24 @@ def test_ranks_that_take_any_slot_spread_over_the_relays(relays):
     assert [registered_here(r) for r in relays] == [2, 2, 2]
 
 
+def test_a_rank_that_takes_any_slot_moves_on_from_a_full_relay(relays, monkeypatch):
+    url = url_of(relays[:2])
+    control, events = rendezvous.job_control(url, sharded=True), Events()
+    control.create("sharded-move", TOKEN, 2, 20, events)
+    first = threading.Thread(target=join_all, args=(url, "sharded-move", [0]), daemon=True)
+    first.start()
+    assert wait_for(lambda: ("joined", 0) in [(k, b.get("rank")) for k, b in events.events])
+    monkeypatch.setattr("fmpi.rendezvous.fmpi_relay.random.randrange", lambda k: 0)  # (start at relay 0: full)
+    spare = rendezvous.connect(url, "sharded-move", TOKEN, -1, sharded=True)
+    spare.open(bind_reusable("127.0.0.1", 0), 5)
+    registered = spare.register(-1, "spare", 5)
+    assert registered.rank == 1 and spare.wait_world(time.monotonic() + 10) == 2
+    first.join(10)
+    spare.close()
+    control.end()
+    assert [registered_here(r) for r in relays[:2]] == [1, 1]
+
+
 def test_a_world_that_does_not_fill_names_the_missing_ranks_of_every_relay(relays):
     url = url_of(relays)
     events = Events()
