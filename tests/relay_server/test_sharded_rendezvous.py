@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 
 import pytest
@@ -71,9 +72,9 @@ def join_all(url: str, job: str, slots: list[int], timeout: float = 15.0) -> dic
 
     def one(i: int, slot: int) -> None:
         try:
-            meeting = rendezvous.connect(url, job, TOKEN, slot, sharded=True)
+            meeting = rendezvous.connect(url, job, TOKEN, slot, sharded=True, incarnation=f"inc-{i}-{job}")
             meeting.open(bind_reusable("127.0.0.1", 0), 5)
-            registered = meeting.register(slot, f"inc-{i}", 5)
+            registered = meeting.register(slot, f"inc-{i}-{job}", 5)
             out[i] = (meeting, registered, meeting.wait_world(time.monotonic() + timeout))
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
@@ -169,22 +170,42 @@ def test_ranks_that_take_any_slot_spread_over_the_relays(relays):
     assert [registered_here(r) for r in relays] == [2, 2, 2]
 
 
-def test_a_rank_that_takes_any_slot_moves_on_from_a_full_relay(relays, monkeypatch):
+SPARE = next(f"spare-{i}" for i in range(100) if zlib.crc32(f"spare-{i}".encode()) % 2 == 0)
+
+
+def test_a_rank_that_takes_any_slot_moves_on_from_a_full_relay(relays):
     url = url_of(relays[:2])
     control, events = rendezvous.job_control(url, sharded=True), Events()
     control.create("sharded-move", TOKEN, 2, 20, events)
     first = threading.Thread(target=join_all, args=(url, "sharded-move", [0]), daemon=True)
     first.start()
     assert wait_for(lambda: ("joined", 0) in [(k, b.get("rank")) for k, b in events.events])
-    monkeypatch.setattr("fmpi.rendezvous.fmpi_relay.random.randrange", lambda k: 0)  # (start at relay 0: full)
-    spare = rendezvous.connect(url, "sharded-move", TOKEN, -1, sharded=True)
+    spare = rendezvous.connect(url, "sharded-move", TOKEN, -1, sharded=True, incarnation=SPARE)  # (starts at relay 0: full)
     spare.open(bind_reusable("127.0.0.1", 0), 5)
-    registered = spare.register(-1, "spare", 5)
+    registered = spare.register(-1, SPARE, 5)
     assert registered.rank == 1 and spare.wait_world(time.monotonic() + 10) == 2
     first.join(10)
     spare.close()
     control.end()
     assert [registered_here(r) for r in relays[:2]] == [1, 1]
+
+
+def test_a_spare_delivered_twice_joins_once(relays):
+    """The platform may deliver one invocation twice: both copies try the same relay first, where the second is
+    refused (as on one relay), instead of taking a second slot at another relay."""
+    url = url_of(relays)
+    control = rendezvous.job_control(url, sharded=True)
+    control.create("sharded-twice", TOKEN, 6, 20, Events())
+    copies = [rendezvous.connect(url, "sharded-twice", TOKEN, -1, sharded=True, incarnation="once") for _ in range(2)]
+    for copy in copies:
+        copy.open(bind_reusable("127.0.0.1", 0), 5)
+    copies[0].register(-1, "once", 5)
+    with pytest.raises(RelayError, match="already joined") as err:
+        copies[1].register(-1, "once", 5)
+    assert err.value.code == "duplicate"
+    for copy in copies:
+        copy.close()
+    control.end()
 
 
 def test_a_world_that_does_not_fill_names_the_missing_ranks_of_every_relay(relays):
@@ -299,7 +320,7 @@ def test_a_rank_that_reconnects_resyncs_with_the_ranks_of_other_relays(relays):
     zero = ranks[0][0]._conn
     # Rank 1's connection to relay 1 is replaced by a new one (as after a reset): rank 0, on relay 0, hears it.
     again = RelayConnection(relays[1].url)
-    register(again, "sharded-back", TOKEN, 1, "inc-1", [ranks[1][1].local], 5, rejoin_as=ranks[1][1].observed)
+    register(again, "sharded-back", TOKEN, 1, "inc-1-sharded-back", [ranks[1][1].local], 5, rejoin_as=ranks[1][1].observed)
     assert again.reconnected
     assert zero.recv(5) == (Kind.PEER_BACK, {"rank": 1})
     # Until rank 0 says RESYNCED, its chunks to rank 1 belong to the broken stream: dropped.

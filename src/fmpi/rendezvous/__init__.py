@@ -15,15 +15,17 @@ if TYPE_CHECKING:
     from .protocols import JobControl, Rendezvous
 
 
-def connect(url: str, job: str, token: str, rank: int = -1, sharded: bool = False) -> "Rendezvous":
+def connect(
+    url: str, job: str, token: str, rank: int = -1, sharded: bool = False, incarnation: str = ""
+) -> "Rendezvous":
     """The rank side of job `job` at `url` (nothing is connected before ``open``); ValueError for a bad URL.
     `sharded`: the job's rendezvous is spread over the fmpi-relays of `url`, and `rank` (the slot the rank will
-    ask for, -1: any) says which of them it registers at."""
+    ask for; -1: any, and then its `incarnation` picks the relay it tries first) says which of them it registers at."""
     kind = parse(url).kind
     if kind == FMPI_RELAY:
         from .fmpi_relay import FmpiRelayRendezvous
 
-        return FmpiRelayRendezvous(url, job, token, rank, sharded)
+        return FmpiRelayRendezvous(url, job, token, rank, sharded, incarnation)
     if kind == REDIS:
         from .redis_backend import RedisRendezvous
 

@@ -14,6 +14,7 @@ import socket
 import sys
 import threading
 import time
+import zlib
 from typing import Any
 
 from ..natpunch.sockets import bind_reusable
@@ -40,14 +41,16 @@ NOT_BACK = ("unknown_job", "lost", "timeout", "unreachable")
 
 class FmpiRelayRendezvous:
     """A rank's registration at fmpi-relay: the first relay of the URL, or with `sharded` relay ``rank % k`` of its
-    k (a rank that takes any slot starts at a random one and moves on while they are full)."""
+    k (a rank that takes any slot starts at one its incarnation picks, and moves on while they are full: a
+    duplicate delivery of the same invocation follows it, and is refused as a duplicate where it joined)."""
 
     can_rejoin = True  # a restarted relay takes the job back from the launcher, then its ranks
 
-    def __init__(self, url: str, job: str, token: str, rank: int = -1, sharded: bool = False) -> None:
+    def __init__(self, url: str, job: str, token: str, rank: int = -1, sharded: bool = False, incarnation: str = "") -> None:
         self.url, self.job, self._token = url, job, token
         self._shards = shard_urls(url) if sharded else [url]
-        self._shard = rank % len(self._shards) if rank >= 0 else random.randrange(len(self._shards))
+        k = len(self._shards)
+        self._shard = rank % k if rank >= 0 else zlib.crc32(incarnation.encode()) % k if incarnation else random.randrange(k)
         self._conn: RelayConnection | None = None
         self._local: tuple[str, int] | None = None
         self._probe: tuple[str, int] | None = None
