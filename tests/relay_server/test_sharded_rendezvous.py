@@ -34,8 +34,7 @@ def relays() -> Iterator[list[RelayProcess]]:
     started = [RelayProcess("--log-level", "INFO", keep_stderr=True) for _ in range(3)]
     yield started
     for r in started:
-        if r.proc.poll() is None:  # (not stopped by the test already, for its log)
-            r.stop()
+        r.stop()
 
 
 def url_of(relays: list[RelayProcess]) -> str:
