@@ -64,7 +64,7 @@ log = logging.getLogger("fmpi.relay")
 
 RECORDS_PER_FRAME = 2048  # records of one frame to another shard (about 100 bytes each)
 CONNECT_FOR = 10.0  # seconds a link keeps trying a relay that does not hold the job yet (created on each in turn)
-RETRY_EVERY = 0.1
+RETRY_FIRST, RETRY_MAX = 0.05, 2.0  # seconds between attempts, doubling: a handful in all, not a flood
 LOST_GRACE = 1.0  # seconds between a shard link's loss and failing the job, unless it ended meanwhile
 WHAT = {"unknown": "is not a member of this job", "finished": "has finalized", "lost": "is gone"}
 
@@ -112,6 +112,7 @@ class ShardLink:
         loop = asyncio.get_running_loop()
         give_up = loop.time() + CONNECT_FOR
         context = ssl.create_default_context(cafile=settings.tls_ca()) if self._tls else None
+        pause = RETRY_FIRST
         while True:
             why, retry = "", False
             try:
@@ -128,7 +129,8 @@ class ShardLink:
                 why, retry = f"cannot reach it: {exc or type(exc).__name__}", True
             if not retry or loop.time() > give_up:
                 return f"the relay at {host}:{port}, which holds other ranks of the job: {why}"
-            await asyncio.sleep(RETRY_EVERY)
+            await asyncio.sleep(pause)
+            pause = min(2 * pause, RETRY_MAX)
 
     async def _run(self) -> None:
         opened = await self._open()
