@@ -209,6 +209,19 @@ def test_a_spare_delivered_twice_joins_once(relays):
     control.end()
 
 
+def test_a_job_smaller_than_its_relays_fills_with_an_empty_relay(relays):
+    url = url_of(relays)
+    control, events = rendezvous.job_control(url, sharded=True), Events()
+    control.create("sharded-small", TOKEN, 2, 20, events)
+    ranks = join_all(url, "sharded-small", [0, 1])
+    assert sorted(size for _, _, size in ranks.values()) == [2, 2]
+    assert wait_for(lambda: "world" in [k for k, _ in events.events])  # (the empty relay's too)
+    control.end()
+    for meeting, _, _ in ranks.values():
+        meeting.close()
+    assert [registered_here(r) for r in relays] == [1, 1, 0]
+
+
 def test_a_world_that_does_not_fill_names_the_missing_ranks_of_every_relay(relays):
     url = url_of(relays)
     events = Events()
