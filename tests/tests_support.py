@@ -93,7 +93,10 @@ class RelayProcess:
         self.address = (host, int(port))
 
     def stop(self) -> str:
-        """Terminate it (kill after 10 s); its stderr if kept, else ''."""
+        """Terminate it (kill after 10 s); its stderr if kept, else '' (and the same again when stopped before: a
+        test may stop it for its log, then its fixture stops every relay it started)."""
+        if getattr(self, "_stderr", None) is not None:
+            return self._stderr
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -105,6 +108,7 @@ class RelayProcess:
         for stream in (self.proc.stdout, self.proc.stderr):
             if stream:
                 stream.close()
+        self._stderr = err
         return err
 
 

@@ -35,6 +35,14 @@ table at the end.
     .venv/bin/python benchmarks/soak/rendezvous_1024.py --ranks 4096 --procs 8
     .venv/bin/python benchmarks/soak/rendezvous_1024.py --redis               # and the same against Redis
     .venv/bin/python benchmarks/soak/rendezvous_1024.py --ranks 256 --procs 2 --redis --json
+    .venv/bin/python benchmarks/soak/rendezvous_1024.py --ranks 4096 --procs 8 --shards 3   # 1 relay, then 3
+
+``--shards K`` also measures the rendezvous sharded over K fmpi-relay
+processes (``FMPI_SHARD_RENDEZVOUS=1``, ``tcp://a,b,c``: rank r registers at
+relay r mod K, the launcher is ``rendezvous.job_control(url, sharded=True)``).
+Per relay it prints the registrations it held (from its own log: "world of N
+ranks published (M registered here ...)") and the CPU seconds it spent
+from CREATE to the last lookup (``/proc/PID/stat`` utime + stime).
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import re
 import resource
 import secrets
 import shutil
@@ -70,21 +79,36 @@ def proc_status(pid: int) -> dict[str, int]:
     return out
 
 
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of `pid` so far, in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 # ---------------------------------------------------------------- services
 class RelayService:
     def __init__(self, ranks: int) -> None:
-        # A long heartbeat timeout: the lightweight clients never beat (a real rank's engine does).
+        # A long heartbeat timeout: the lightweight clients never beat (a real rank's engine does). Its log (INFO:
+        # a line per job created and per world published) goes to a file, for the registrations it held.
+        self.log = open(f"/tmp/fmpi-soak-relay-{os.getpid()}-{uuid.uuid4().hex[:8]}.log", "w+")
         self.proc = subprocess.Popen(
             [str(BIN / "fmpi-relay"), "--host", "127.0.0.1", "--port", "0", "--probe-port", "-1",
              "--max-strangers", str(max(1024, ranks + 64)),  # (it connects every rank before any registers)
-             "--heartbeat-timeout", "600", "--log-level", "WARNING"],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+             "--heartbeat-timeout", "600", "--log-level", "INFO"],
+            stdout=subprocess.PIPE, stderr=self.log, text=True,
         )
         line = self.proc.stdout.readline()
         if not line.startswith("fmpi-relay listening on tcp://"):
             self.stop()
             raise RuntimeError(f"fmpi-relay did not start: {line!r}")
         self.url = line.split()[-1]
+
+    def registered_here(self) -> int | None:
+        """What the relay logged it held when it published the world (a sharded job), else None."""
+        self.log.seek(0)
+        found = re.findall(r"published \((\d+) registered here", self.log.read())
+        return int(found[-1]) if found else None
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -94,6 +118,28 @@ class RelayService:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self.log.close()
+        Path(self.log.name).unlink(missing_ok=True)
+
+
+class Relays:
+    """K fmpi-relay processes; `url` lists them all (tcp://a,b,c), `urls` each one."""
+
+    def __init__(self, ranks: int, shards: int) -> None:
+        self.relays: list[RelayService] = []
+        try:
+            for _ in range(shards):
+                self.relays.append(RelayService(ranks))
+        except BaseException:
+            self.stop()
+            raise
+        self.urls = [r.url for r in self.relays]
+        self.url = "tcp://" + ",".join(u[len("tcp://"):] for u in self.urls)
+        self.proc = self.relays[0].proc
+
+    def stop(self) -> None:
+        for r in self.relays:
+            r.stop()
 
 
 class RedisService:
@@ -170,7 +216,7 @@ def _relay_lookup(conn, ranks: list[int]) -> tuple[int, dict]:
 
 
 def _worker(kind: str, url: str, job: str, token: str, ranks: list[int], size: int,
-            connected: mp.Queue, go: mp.Event, results: mp.Queue) -> None:
+            connected: mp.Queue, go: mp.Event, results: mp.Queue, shard_urls: list[str] | None = None) -> None:
     """One process: a thread per rank. Connect, report, wait for `go`, register, wait for the world."""
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(65536, resource.getrlimit(resource.RLIMIT_NOFILE)[1]),) * 2)
     threading.stack_size(256 << 10)
@@ -185,7 +231,8 @@ def _worker(kind: str, url: str, job: str, token: str, ranks: list[int], size: i
             if kind == "relay":
                 from fmpi.rendezvous.relay_connection import RelayConnection
 
-                conn = RelayConnection(url, timeout=60)
+                # (sharded: rank r registers at relay r mod K, as FmpiRelayRendezvous does)
+                conn = RelayConnection(shard_urls[rank % len(shard_urls)] if shard_urls else url, timeout=60)
             else:
                 from fmpi.rendezvous.redis import RedisRank
 
@@ -262,17 +309,19 @@ def _worker(kind: str, url: str, job: str, token: str, ranks: list[int], size: i
 
 
 # ---------------------------------------------------------------- one measurement
-def measure(kind: str, size: int, procs: int) -> dict:
-    service = RelayService(size) if kind == "relay" else RedisService()
+def measure(kind: str, size: int, procs: int, shards: int = 1) -> dict:
+    service = Relays(size, shards) if kind == "relay" else RedisService()
     pid = service.proc.pid
+    pids = [r.proc.pid for r in service.relays] if kind == "relay" else [pid]
     job, token = "soak" + secrets.token_hex(6), secrets.token_urlsafe(24)
     stop_file = f"/tmp/fmpi-soak-stop-{os.getpid()}-{job}"
     os.environ["SOAK_STOP_FILE"] = stop_file
     ctx = mp.get_context("fork")
     connected, results, go = ctx.Queue(), ctx.Queue(), ctx.Event()
-    shards = [list(range(size))[i::procs] for i in range(procs)]
-    workers = [ctx.Process(target=_worker, args=(kind, service.url, job, token, shard, size, connected, go, results))
-               for shard in shards if shard]
+    sharded = kind == "relay" and len(pids) > 1
+    urls = service.urls if sharded else None
+    workers = [ctx.Process(target=_worker, args=(kind, service.url, job, token, part, size, connected, go, results, urls))
+               for part in [list(range(size))[i::procs] for i in range(procs)] if part]
     launcher = None
     stamps: dict[str, float] = {}  # when the launcher heard the last 'joined', and 'world' (and its seconds)
     heard_world = threading.Event()
@@ -292,9 +341,28 @@ def measure(kind: str, size: int, procs: int) -> dict:
         n = sum(connected.get(timeout=300) for _ in workers)
         t_connected = time.monotonic()
         mem_before = proc_status(pid)
+        cpu_before = [cpu_seconds(p) for p in pids]
         # CREATE (t0), then release the clients.
         t0 = time.monotonic()
-        if kind == "relay":
+        if sharded:
+            from fmpi import rendezvous
+
+            class Stamper:
+                def event(self, kind_: str, body: dict) -> None:
+                    stamp(kind_, body)
+
+                def aborted(self, exc) -> None:
+                    print(f"aborted: {exc}", file=sys.stderr)
+
+                def failed(self, exc) -> None:
+                    print(f"failed: {exc}", file=sys.stderr)
+
+                def resume_state(self):
+                    return None
+
+            launcher = rendezvous.job_control(service.url, sharded=True)
+            launcher.create(job, token, size, 300, Stamper())
+        elif kind == "relay":
             from fmpi.rendezvous.relay_connection import RelayConnection
             from fmpi.wire.relay_protocol import Kind
 
@@ -319,7 +387,9 @@ def measure(kind: str, size: int, procs: int) -> dict:
         for _ in workers:
             recs += results.get(timeout=600)
         heard_world.wait(60)
+        cpu_after = [cpu_seconds(p) for p in pids]
         mem_after = proc_status(pid)
+        peaks = [proc_status(p)["VmHWM"] for p in pids]
         redis_peak = None
         if kind == "redis":
             info = service.client.info("memory")
@@ -335,7 +405,12 @@ def measure(kind: str, size: int, procs: int) -> dict:
             return round(t - start, 3) if t is not None and start is not None else None
 
         result = {
-            "service": "fmpi-relay" if kind == "relay" else "redis-server",
+            "service": (f"fmpi-relay x{len(pids)}" if sharded else "fmpi-relay") if kind == "relay" else "redis-server",
+            "relays": len(pids) if kind == "relay" else None,
+            "registered_per_relay": ([r.registered_here() for r in service.relays] if sharded
+                                     else [size] if kind == "relay" else None),
+            "cpu_s_per_relay": [round(b - a, 2) for a, b in zip(cpu_before, cpu_after)],
+            "peak_rss_mib_per_relay": [round(p / 1024, 1) for p in peaks],
             "ranks": size,
             "clients_ok": len(worlds),
             "errors": len(errors),
@@ -368,7 +443,9 @@ def measure(kind: str, size: int, procs: int) -> dict:
                 w.kill()
         try:
             if launcher is not None:
-                if kind == "relay":
+                if sharded:
+                    launcher.end()
+                elif kind == "relay":
                     from fmpi.wire.relay_protocol import Kind
 
                     launcher.send(Kind.END, {"job": job})
@@ -390,17 +467,19 @@ def main() -> int:
     p.add_argument("--redis", action="store_true", help="also measure Redis (RedisJob/RedisRank, a local redis-server)")
     p.add_argument("--redis-only", action="store_true", help="measure Redis only")
     p.add_argument("--json", action="store_true", help="one JSON line per measurement as well")
+    p.add_argument("--shards", type=int, default=1, metavar="K",
+                   help="also measure the rendezvous sharded over K fmpi-relays (tcp://a,b,c; default 1: one relay only)")
     args = p.parse_args()
     need = 2 * args.ranks + 256  # per client process at most, but the launcher holds the other ends' pipes
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < need:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(need, soft)), hard))
-    kinds = [] if args.redis_only else ["relay"]
+    kinds = [] if args.redis_only else [("relay", 1)] + ([("relay", args.shards)] if args.shards > 1 else [])
     if args.redis or args.redis_only:
-        kinds.append("redis")
+        kinds.append(("redis", 1))
     rows = []
-    for kind in kinds:
-        r = measure(kind, args.ranks, args.procs)
+    for kind, shards in kinds:
+        r = measure(kind, args.ranks, args.procs, shards)
         rows.append(r)
         if args.json:
             print("SOAK-RENDEZVOUS " + json.dumps(r), flush=True)
@@ -419,6 +498,17 @@ def main() -> int:
               f"{r['last_lookup_after_last_join_s']} s | {r['full_world_s']} s | "
               f"{r['first_world_s']} / {r['median_world_s']} s | "
               f"{r['register_median_ms']} ms | {r['rss_before_mib']} MiB | {r['peak_rss_mib']} MiB{extra} |")
+    if any(r["relays"] for r in rows):
+        print()
+        print("| relays | ranks | registrations per relay | published after last join | last join -> last lookup | "
+              "CPU s per relay (CREATE -> last lookup) | peak RSS per relay |")
+        print("|---:|---:|---|---:|---:|---|---|")
+        for r in rows:
+            if r["relays"]:
+                print(f"| {r['relays']} | {r['ranks']} | {' / '.join(map(str, r['registered_per_relay']))} | "
+                      f"{r['published_after_last_join_s']} s | {r['last_lookup_after_last_join_s']} s | "
+                      f"{' / '.join(map(str, r['cpu_s_per_relay']))} | "
+                      f"{' / '.join(f'{m} MiB' for m in r['peak_rss_mib_per_relay'])} |")
     for r in rows:
         if r["errors"]:
             print(f"{r['service']}: {r['errors']} clients failed, first: {r['first_error']}", file=sys.stderr)

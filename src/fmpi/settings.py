@@ -84,6 +84,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("FMPI_TLS_CA", "", "PEM file of the CA that signed a tls:// relay's or rediss:// Redis's certificate "
              "(Lambda ranks get its content with their event)", to_lambda=False),
     Variable("FMPI_DEBUG_LINKS", "", "1: trace link set-up and failover on stderr"),
+    Variable("FMPI_SHARD_RENDEZVOUS", "0", "1: with several fmpi-relays in the relay URL (tcp://a,b,c), fmpirun spreads "
+             "the job's rendezvous over them (rank r registers at relay r mod k) instead of holding it on the first",
+             to_lambda=False),
     Variable("FMPI_UNIVERSE_SIZE", "", "MPI.UNIVERSE_SIZE: how many processes the job may grow to with "
              "Comm.Spawn (MPIPoolExecutor() starts this minus the world size); unset: none, as under mpiexec"),
     # the Lambda backend (launcher side)
@@ -107,6 +110,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("FMPI_REJOIN", "", "seconds to wait for a lost relay (0 when the relay lives in fmpirun)", set_by_fmpirun=True),
     Variable("FMPI_PARENTS", "", "a spawned rank's job: how many of its first slots are the parents (Comm.Spawn)",
              set_by_fmpirun=True),
+    Variable("FMPI_SHARDED", "", "1: the job's rendezvous is spread over the relays of FMPI_RELAY (register at relay "
+             "rank mod k)", set_by_fmpirun=True),
     Variable("FMPI_RANKS_PER_NODE", "1", "ranks that share a machine, in blocks of consecutive ranks (on Lambda: "
              "--ranks-per-function, set by the handler); above 1 allreduce, reduce and bcast go through one rank "
              "per block (collectives/*_hierarchical.py)", set_by_fmpirun=True),
@@ -143,6 +148,7 @@ class Settings:
     deadline: float | None = None
     tls_ca: str | None = None
     debug_links: bool = False
+    shard_rendezvous: bool = False  # FMPI_SHARD_RENDEZVOUS: spread a job's rendezvous over the URL's fmpi-relays
     universe_size: int | None = None
     cache_dir: str | None = None
     lambda_zip_limit: int | None = None
@@ -188,6 +194,9 @@ def read(env: Mapping[str, str] | None = None) -> Settings:
     if raw("FMPI_UNEXPECTED_MAX"):
         values["unexpected_max"] = parse_bytes("FMPI_UNEXPECTED_MAX", raw("FMPI_UNEXPECTED_MAX"))
     values["debug_links"] = bool(raw("FMPI_DEBUG_LINKS"))
+    if raw("FMPI_SHARD_RENDEZVOUS"):
+        values["shard_rendezvous"] = _flag("FMPI_SHARD_RENDEZVOUS", raw("FMPI_SHARD_RENDEZVOUS"),
+                                           "0 (the rendezvous on the first relay) or 1 (spread over all)")
     if raw("FMPI_RANKS_PER_NODE"):
         values["ranks_per_node"] = _positive_int("FMPI_RANKS_PER_NODE", raw("FMPI_RANKS_PER_NODE"))
     if raw("FMPI_UNIVERSE_SIZE"):

@@ -80,6 +80,15 @@ def test_rendezvous_small():
     _full(row, 16)
 
 
+def test_rendezvous_small_sharded():
+    """--shards 3: one relay, then three; each of the three holds its third of the ranks (from its own log)."""
+    one, three = _rendezvous("--ranks", "16", "--procs", "1", "--shards", "3")
+    _full(one, 16)
+    _full(three, 16)
+    assert one["registered_per_relay"] == [16] and three["registered_per_relay"] == [6, 5, 5]
+    assert len(three["cpu_s_per_relay"]) == 3
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("channel", ["direct", "relay"])
 def test_messages_soak_20k(channel):

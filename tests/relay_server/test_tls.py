@@ -12,6 +12,7 @@ and the relay keeps serving.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import ssl
 import subprocess
@@ -201,3 +202,27 @@ def test_clients_stalled_in_the_tls_handshake_are_cut_off_without_blocking_other
         watcher.close()
     finally:
         relay.stop()
+
+
+def test_a_job_sharded_over_two_tls_relays_links_them_over_tls(tls_relay, trust, tmp_path):
+    """FMPI_SHARD_RENDEZVOUS=1 over tls://a,b: the relays link to each other over TLS, each checking the other's
+    certificate against FMPI_TLS_CA (in their environment, as the ranks'); relayed chunks cross between them."""
+    a, b = tls_relay("--log-level", "INFO"), tls_relay("--log-level", "INFO")
+    url = "tls://{}:{},{}:{}".format(*a.address, *b.address)
+    result = _run_job(tmp_path, url, "relay", n=4, env_extra={"FMPI_SHARD_RENDEZVOUS": "1"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert re.search(r"links: \d+ \(0 direct, 0 punched, [1-9]\d* relayed\)", result.stderr), result.stderr
+    for relay in (a, b):
+        assert "world of 4 ranks published (2 registered here" in relay.stop()
+
+
+def test_a_relay_that_does_not_trust_the_others_certificate_fails_a_sharded_job(tls_relay, pki, monkeypatch, tmp_path):
+    monkeypatch.setenv("FMPI_TLS_CA", str(pki["other_ca"]))
+    a = tls_relay("--log-level", "INFO")  # (trusts another CA only: b's certificate is not good enough for it)
+    monkeypatch.setenv("FMPI_TLS_CA", str(pki["ca"]))
+    b = tls_relay("--log-level", "INFO")
+    url = "tls://{}:{},{}:{}".format(*a.address, *b.address)
+    result = _run_job(tmp_path, url, "relay", n=2, env_extra={"FMPI_SHARD_RENDEZVOUS": "1"}, timeout=90)
+    assert result.returncode != 0
+    assert "lost one of its relays" in result.stderr, result.stderr
+    assert "certificate verify failed" in a.stop()

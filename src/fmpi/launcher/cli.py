@@ -32,7 +32,7 @@ from ..rank.spec import (
 )
 from ..relay_server.server import RelayThread
 from ..rendezvous.relay_connection import RelayError
-from ..rendezvous.urls import display_url
+from ..rendezvous.urls import FMPI_RELAY, display_url
 from ..rendezvous.urls import parse as parse_url
 from . import bytecode, closed_output, relaunch
 from .cli_options import build_parser, listen_address
@@ -263,7 +263,8 @@ def _serve_join(job: Job, relay_url: str, command: list[str] | None) -> int:
     url, note = _reachable(relay_url)
     program = shlex.join(command) if command else "python your_program.py"
     print(f"Job {job.id} is waiting for {job.size} ranks. On each host, run:", flush=True)
-    print(f"  FMPI_TOKEN={job.token} fmpirun --join {url} --job {job.id} --size {job.size} {program}", flush=True)
+    sharded = "FMPI_SHARD_RENDEZVOUS=1 " if job.sharded else ""  # (the joining rank registers at its own relay)
+    print(f"  {sharded}FMPI_TOKEN={job.token} fmpirun --join {url} --job {job.id} --size {job.size} {program}", flush=True)
     print("(keep the token secret: it admits ranks to the job)" + note, flush=True)
     try:
         job.wait(lambda s: len(s.finished) + len(s.lost) >= job.size or s.failure is not None or s.abort is not None, None)
@@ -284,6 +285,15 @@ def _serve_join(job: Job, relay_url: str, command: list[str] | None) -> int:
     return next(iter(bad.values()), 0)
 
 
+def _sharded(url: str) -> bool:
+    """Whether a rank joined by hand at `url` registers at its own relay of several (FMPI_SHARD_RENDEZVOUS=1)."""
+    try:
+        parsed = parse_url(url)
+    except ValueError:
+        return False  # (the spec says what is wrong with it)
+    return settings.current().shard_rendezvous and parsed.kind == FMPI_RELAY and len(parsed.addresses) > 1
+
+
 def _join(args: argparse.Namespace) -> int:
     if not args.job or args.size is None:
         raise UsageError("--join needs --job ID and --size N")
@@ -293,7 +303,7 @@ def _join(args: argparse.Namespace) -> int:
     command = resolve_command(args.command)
     try:
         spec = RankSpec(args.job, args.rank, args.size, args.join, token,
-                        fill_timeout=args.fill_timeout, channel=args.channel or "")
+                        fill_timeout=args.fill_timeout, channel=args.channel or "", sharded=_sharded(args.join))
     except SpecError as exc:
         raise UsageError(str(exc)) from None
     env = dict(os.environ)

@@ -16,7 +16,8 @@ from typing import Any, Callable
 from .. import rendezvous, settings
 from ..rank.spec import RankSpec
 from ..rendezvous.relay_connection import Aborted, RelayError
-from ..rendezvous.urls import display_url
+from ..rendezvous.urls import FMPI_RELAY, display_url
+from ..rendezvous.urls import parse as parse_url
 from .link_table import LinkTable
 
 
@@ -76,13 +77,16 @@ class Job:
         self.on_change: Callable[[], None] | None = None  # called after every state change
         # A relay that restarts mid-job gets the job again (resume) if it is back within this long.
         rejoin_within = 0.0 if embedded_relay else settings.current().relay_rejoin
-        self._control = rendezvous.job_control(relay_url, rejoin_within)
+        # Several fmpi-relays with FMPI_SHARD_RENDEZVOUS=1: the rendezvous spread over them (rendezvous/fmpi_shards.py).
+        url = parse_url(relay_url)
+        self.sharded = settings.current().shard_rendezvous and url.kind == FMPI_RELAY and len(url.addresses) > 1
+        self._control = rendezvous.job_control(relay_url, rejoin_within, self.sharded)
         self._control.create(self.id, self.token, size, fill_timeout, self)
 
     def spec(self, rank: int) -> RankSpec:
         return RankSpec(
             self.id, rank, self.size, self.relay_url, self.token, fill_timeout=self.fill_timeout, channel=self.channel,
-            rejoin=0.0 if self.embedded_relay else None,
+            rejoin=0.0 if self.embedded_relay else None, sharded=self.sharded,
         )
 
     def abort(self, code: int, reason: str) -> None:

@@ -16,8 +16,8 @@ def host_objects(job: Job, relay_url: str) -> DsoHost | None:
     its shared objects too (server-side collectives shard them over all): a ``DsoHost`` for as long as
     the job runs (``end()`` it with the job), or None with one relay (or Redis)."""
     url = parse(relay_url)
-    if url.kind != FMPI_RELAY or len(url.addresses) < 2:
-        return None
+    if url.kind != FMPI_RELAY or len(url.addresses) < 2 or getattr(job, "sharded", False):
+        return None  # (a sharded job is created on every relay: each hosts its shared objects already)
     from ..dso_client.host import DsoHost
     from .job import log
 

@@ -249,7 +249,7 @@ def join(spec: RankSpec, connect_timeout: float = 10.0, options: TransportOption
         except ValueError as exc:
             raise SpecError(str(exc)) from None
     deadline = time.monotonic() + spec.fill_timeout
-    meeting = rendezvous.connect(spec.relay, spec.job, spec.token)
+    meeting = rendezvous.connect(spec.relay, spec.job, spec.token, spec.rank, spec.sharded, spec.incarnation)
     # Listen on the interface that reaches the relay: loopback for a local
     # job, the LAN (or function) address when ranks span machines.
     local_ip = meeting.local_ip()

@@ -55,6 +55,8 @@ class RankSpec:
     rejoin: float | None = None
     # A job made by Comm.Spawn: its first `parents` slots are the spawning processes, the rest the new ones.
     parents: int = 0
+    # The job's rendezvous is spread over the fmpi-relays of `relay` (rank r registers at relay r mod k).
+    sharded: bool = False
 
     def __post_init__(self) -> None:
         if not self.job:
@@ -79,23 +81,26 @@ class RankSpec:
             raise SpecError(f"rejoin time must be 0 or more seconds, not {self.rejoin}")
         if not 0 <= self.parents < self.size:
             raise SpecError(f"a spawned job of {self.size} slots cannot have {self.parents} parents")
+        if self.sharded and len(parse(self.relay).addresses) < 2:
+            raise SpecError(f"a sharded rendezvous needs several fmpi-relays in the relay URL, not {self.relay!r}")
 
     # -- environment --------------------------------------------------------
     def to_env(self) -> dict[str, str]:
         # An empty channel is left out: it must not mask FMPI_CHANNEL set by the user.
-        return {ENV_PREFIX + k.upper(): str(v) for k, v in asdict(self).items() if v != "" and v is not None}
+        return {ENV_PREFIX + k.upper(): str(int(v) if isinstance(v, bool) else v) for k, v in asdict(self).items()
+                if v != "" and v is not None and v is not False}
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> "RankSpec | None":
         """The spec fmpirun put in the environment, or None when not launched by fmpirun."""
         if ENV_PREFIX + "JOB" not in env:
             return None
-        raw = {k: env.get(ENV_PREFIX + k.upper()) for k in ("job", "rank", "size", "relay", "token", "incarnation", "fill_timeout", "channel", "rejoin", "parents")}
+        raw = {k: env.get(ENV_PREFIX + k.upper()) for k in ("job", "rank", "size", "relay", "token", "incarnation", "fill_timeout", "channel", "rejoin", "parents", "sharded")}
         return cls.from_mapping(raw, "environment")
 
     # -- Lambda event -------------------------------------------------------
     def to_event(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        return {k: v for k, v in asdict(self).items() if v is not None and v is not False}
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any], where: str = "event") -> "RankSpec":
@@ -114,6 +119,7 @@ class RankSpec:
                 channel=str(raw.get("channel") or "").strip().lower(),
                 rejoin=None if raw.get("rejoin") in (None, "") else float(raw["rejoin"]),
                 parents=int(raw.get("parents") or 0),
+                sharded=str(raw.get("sharded") or "").strip().lower() in ("1", "true"),
             )
         except (TypeError, ValueError) as exc:
             if isinstance(exc, SpecError):

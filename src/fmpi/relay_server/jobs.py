@@ -26,13 +26,14 @@ from .records import (
 )
 from .reconnect import Reconnection
 from .resume import JobResumption, parse_resume, wants_rejoin
+from .shards import ShardRelaying
 
 log = logging.getLogger("fmpi.relay")
 
 LINK_KINDS = ("direct", "punched", "relayed")
 
 
-class JobLifecycle(JobResumption, Reconnection):
+class JobLifecycle(JobResumption, Reconnection, ShardRelaying):
     """The jobs of a relay and what happens to them (see the module docstring)."""
 
     jobs: dict[str, Job]
@@ -56,7 +57,12 @@ class JobLifecycle(JobResumption, Reconnection):
             raise Refused("limit", f"this relay already holds {self.max_jobs} jobs")
         raw_resume = None if dso_only else body.get("resume")
         resume = parse_resume(raw_resume, job_id, size) if raw_resume is not None else None
-        job = Job(job_id, body["token"], size, time.monotonic(), conn, dso_only=dso_only)
+        job = Job(job_id, body["token"], size, time.monotonic(), conn, dso_only=dso_only, quota=size)
+        if not dso_only and body.get("shards") is not None:
+            if resume is not None:
+                raise Refused("bad_request", f"job {job_id!r} is sharded over several relays: it cannot resume")
+            self._shard_setup(job, body["shards"])
+            self._shard_open(job)
         self.jobs[job_id] = job
         if dso_only:
             conn.send(Kind.CREATED, {"job": job_id, "dso_only": True})
@@ -68,7 +74,10 @@ class JobLifecycle(JobResumption, Reconnection):
         fill_timeout = float(body["fill_timeout"])
         job.fill_timer = asyncio.get_running_loop().call_later(fill_timeout, self._fill_expired, job, fill_timeout)
         conn.send(Kind.CREATED, {"job": job_id})
-        log.info("job %s created (%d ranks)", job_id, size)
+        log.info("job %s created (%d ranks%s)", job_id, size,
+                 f"; shard {job.shard.index} of {job.shard.count}, {job.quota} ranks here" if job.shard else "")
+        if job.shard is not None:
+            self._filled(job)  # (a shard holding none of the job's ranks is full at once)
         return job
 
     def _register(self, conn: Connection, body: dict[str, Any]) -> tuple[Job, Member]:
@@ -92,10 +101,15 @@ class JobLifecycle(JobResumption, Reconnection):
             _joined_once(job, body["incarnation"])
             missing = job.missing()
             if not missing:
-                raise Refused("duplicate", f"job {job.id!r} is full ({job.size} ranks)")
+                raise _full(job)
             rank = missing[0]
         if not 0 <= rank < job.size:
             raise Refused("bad_rank", f"rank {rank} is outside job {job.id!r} of {job.size} ranks")
+        if not job.owns(rank):
+            raise Refused("wrong_shard", f"rank {rank} of job {job.id!r} registers at relay {job.shard.owner(rank)} of "
+                                         f"{job.shard.count} (rank mod {job.shard.count}), not at this one")
+        if rank in job.members and job.members[rank].any_slot and job.shard is not None and not job.missing():
+            raise _full(job)  # (a spare holds this slot, and no other is free here: the rank tries another relay)
         if rank in job.members and job.members[rank].any_slot and job.missing():
             # A spare (or a rank moved before) that started first holds this rank's slot: it takes a free one,
             # and holds that one as a spare does (the rank it belongs to moves on in turn). One invocation
@@ -117,8 +131,7 @@ class JobLifecycle(JobResumption, Reconnection):
         event = {"type": "joined", "rank": rank, "joined": len(job.members), "size": job.size, "incarnation": member.incarnation,
                  **({"nat": member.nat} if member.nat else {})}
         job.watcher.send(Kind.EVENT, event)
-        if len(job.members) == job.size:
-            self._publish_world(job)
+        self._filled(job, member)
         return job, member
 
     def _dispatch(self, job: Job, role: Job | Member, kind: Kind, body: dict[str, Any]) -> None:
@@ -167,23 +180,26 @@ class JobLifecycle(JobResumption, Reconnection):
             if m.beats:
                 m.conn.send_encoded(beat)  # at once: the rank then knows this relay beats
         job.watcher.send(Kind.EVENT, {"type": "world", "seconds": round(time.monotonic() - job.created, 6)})
-        log.info("job %s: world of %d ranks published", job.id, job.size)
+        here = f" ({len(job.members)} registered here, relay {job.shard.index} of {job.shard.count})" if job.shard else ""
+        log.info("job %s: world of %d ranks published%s", job.id, job.size, here)
 
     def _fill_expired(self, job: Job, fill_timeout: float) -> None:
         if job.world_published or job.over:
             return
         missing = job.missing()
+        here = f" at relay {job.shard.index} of {job.shard.count} (it holds {job.quota})" if job.shard else ""
         message = (
             f"the world of job {job.id!r} did not fill within {fill_timeout:g} s: {len(job.members)} of {job.size} "
-            f"ranks joined; missing ranks: {describe_ranks(missing)}"
+            f"ranks joined{here}; missing ranks: {describe_ranks(missing) if missing else 'none here'}"
         )
         self._fail(job, "fill_timeout", message, {"missing": missing})
 
     def _abort(
         self, job: Job, code: int, reason: str, origin: int | None, cause: dict[str, Any] | None = None,
-        by_relay: bool = False,
+        by_relay: bool = False, from_shard: bool = False,
     ) -> None:
-        """`origin`: the aborting rank (None: the launcher, or this relay itself with `by_relay`)."""
+        """`origin`: the aborting rank (None: the launcher, or this relay itself with `by_relay`). A rank's abort
+        reaches the ranks of every shard of a sharded job, and the launcher once (`from_shard`: told by another)."""
         if job.over:
             return
         job.aborted = True
@@ -193,7 +209,11 @@ class JobLifecycle(JobResumption, Reconnection):
         job.free_objects("aborted", f"job {job.id!r} was aborted: {reason}")
         for session in job.dso_sessions:
             session.conn.send(Kind.ABORT, body)
-        job.watcher.send(Kind.ABORT, body)
+        if job.shard is not None and origin is not None and not from_shard:
+            self._shard_broadcast(job, {"type": "abort", "code": code, "reason": reason, "origin": origin,
+                                        **({"cause": cause} if cause else {})})
+        if not from_shard:
+            job.watcher.send(Kind.ABORT, body)
         log.info("job %s aborted by %s: %s", job.id, "the relay" if by_relay else "the launcher" if origin is None else f"rank {origin}", reason)
 
     def _fail(self, job: Job, code: str, message: str, extra: dict[str, Any] | None = None) -> None:
@@ -213,6 +233,8 @@ class JobLifecycle(JobResumption, Reconnection):
         if job.fill_timer is not None:
             job.fill_timer.cancel()
         self._stop_resuming(job)
+        if job.shard is not None:
+            self._shard_end(job)
         self.jobs.pop(job.id, None)
         job.free_objects("job_over", f"job {job.id!r} ended")
         for session in list(job.dso_sessions):
@@ -234,6 +256,7 @@ class JobLifecycle(JobResumption, Reconnection):
             # Before the world is out, a slot whose rank went away may be taken again.
             del job.members[role.rank]
             job.watcher.send(Kind.EVENT, {"type": "left", "rank": role.rank, "joined": len(job.members)})
+            self._unfilled(job)
             return
         if broke and role.finished is None and role.beats and role.silent_for is None:
             self._went_away(job, role)  # (the process may live on: it gets a window to reconnect)
@@ -297,13 +320,23 @@ class JobLifecycle(JobResumption, Reconnection):
                     elif beat:
                         m.conn.send(Kind.HEARTBEAT, {})
 
-    def _notify_lost(self, job: Job, lost: int) -> None:
-        """Tell every member still connected that rank `lost` is gone."""
+    def _notify_lost(self, job: Job, lost: int, from_shard: bool = False) -> None:
+        """Tell every member still connected that rank `lost` is gone (of every shard of a sharded job)."""
         if job.over or job.aborted:
             return
+        if job.shard is not None and not from_shard:
+            self._shard_broadcast(job, {"type": "lost", "rank": lost})
         for m in job.members.values():
             if m.rank != lost and not m.left:
                 m.conn.send(Kind.PEER_LOST, {"rank": lost})
+
+
+def _full(job: Job) -> Refused:
+    """No free slot for a rank that takes any: the job is full (or, sharded, this relay's part of it)."""
+    if job.shard is None:
+        return Refused("duplicate", f"job {job.id!r} is full ({job.size} ranks)")
+    return Refused("shard_full", f"every slot of job {job.id!r} at relay {job.shard.index} of {job.shard.count} is "
+                                 "taken: try another relay of the job")
 
 
 def _joined_once(job: Job, incarnation: str) -> None:

@@ -48,6 +48,8 @@ class Reconnection:
     heartbeat_timeout: float
     reconnect_grace: float
     _notify_lost: Callable[[Job, int], None]  # (jobs.JobLifecycle)
+    _shard_back: Callable[[Job, Member], None]  # (shards.ShardRelaying)
+    _shard_send: Callable[[Job, int, dict[str, Any]], None]
 
     def _went_away(self, job: Job, member: Member) -> None:
         """`member`'s connection broke with an error: wait ``reconnect_grace`` for it to reconnect."""
@@ -101,6 +103,8 @@ class Reconnection:
         for m in job.members.values():
             if m.left and m.finished is None:
                 conn.send(Kind.PEER_LOST, {"rank": m.rank})  # (it may have been away when they were lost)
+        if job.shard is not None:
+            self._shard_back(job, member)  # (and the same with the ranks of the job's other relays)
         event: dict[str, Any] = {"type": "rejoined", "rank": rank, "reconnected": True}
         if away is not None:
             event["away"] = round(away, 3)
@@ -110,9 +114,12 @@ class Reconnection:
 
     def _resynced(self, job: Job, member: Member, body: dict[str, Any]) -> None:
         """`member` answered PEER_BACK: its FORWARDs to that rank flow again."""
-        target = job.members.get(body["rank"])
+        rank = body["rank"]
+        target = job.members.get(rank)
         if target is not None:
             target.resync_from.discard(member.rank)
+        elif job.shard is not None and 0 <= rank < job.size and not job.owns(rank):
+            self._shard_send(job, job.shard.owner(rank), {"type": "resynced", "rank": rank, "by": member.rank})
 
     @staticmethod
     def _stale(job: Job, sender: Member, target: Member | None) -> bool:

@@ -161,9 +161,18 @@ class Job:
     dso: Store | None = None  # its shared objects on this relay (made on first use)
     dso_sessions: set[DsoSession] = field(default_factory=set)
     resumed: Resumption | None = None  # re-created by its launcher after this relay restarted
+    shard: Any = None  # a ``shard_state.ShardState`` when the job's rendezvous is sharded over several relays
+    quota: int = 0  # how many of its ranks register at this relay (all of them, unless sharded)
+
+    def owns(self, rank: int) -> bool:
+        """Whether `rank` registers at this relay (always, unless the job is sharded)."""
+        return self.shard is None or self.shard.owner(rank) == self.shard.index
 
     def missing(self) -> list[int]:
-        return [r for r in range(self.size) if r not in self.members]
+        """The slots of this relay not taken yet."""
+        if self.shard is None:
+            return [r for r in range(self.size) if r not in self.members]
+        return [r for r in range(self.shard.index, self.size, self.shard.count) if r not in self.members]
 
     def free_objects(self, code: str, message: str) -> None:
         """Fail the calls waiting on its shared objects (`code`, `message`) and drop the objects."""
@@ -185,10 +194,15 @@ def live_job(jobs: dict[str, Job], body: dict[str, Any]) -> Job:
 def lookup_answer(job: Job, ranks: list[int]) -> dict[str, Any]:
     """The PEERS body answering a member's LOOKUP of `ranks`, from the job's member records."""
     found, missing = [], {}
+    remote = job.shard.records if job.shard is not None else {}
     for r in dict.fromkeys(ranks):
         member = job.members.get(r)
         if not 0 <= r < job.size:
             missing[r] = f"rank {r} is outside job {job.id!r} of {job.size} ranks"
+        elif r in remote and not job.owns(r):
+            found.append(remote[r])  # (another shard's rank: its record came over the shard link)
+        elif member is None and not job.owns(r):
+            missing[r] = f"no record of rank {r} of job {job.id!r} came from the relay that holds it"
         elif member is None:
             missing[r] = f"rank {r} has not joined job {job.id!r} again since the relay restarted"
         else:

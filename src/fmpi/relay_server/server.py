@@ -228,6 +228,10 @@ class RelayServer(JobLifecycle, DsoServing):
                 job, role = self._dso_attach(conn, body)
                 await self._dso_serve(job, role)
                 return
+            elif kind is Kind.SHARD_HELLO:
+                job, shard = self._shard_attach(conn, body)
+                await self._shard_serve(job, shard, conn)
+                return
             else:
                 raise Refused("protocol", f"a connection must start with CREATE or REGISTER (or OBSERVE), not {kind.name}")
             loop = asyncio.get_running_loop()
@@ -276,6 +280,10 @@ class RelayServer(JobLifecycle, DsoServing):
         (dest,) = FORWARD_RANK.unpack_from(payload)
         chunk = memoryview(payload)[FORWARD_RANK.size :]
         if self._hold(job, role.rank, dest, chunk):  # (a rank of a resumed job, not back yet)
+            return
+        if job.shard is not None and 0 <= dest < job.size and not job.owns(dest):
+            if job.members.get(role.rank) is role:  # (else a connection a reconnect replaced: stale)
+                await self._to_shard(job, role.rank, dest, chunk)
             return
         target = job.members.get(dest)
         if self._stale(job, role, target):

@@ -15,13 +15,17 @@ if TYPE_CHECKING:
     from .protocols import JobControl, Rendezvous
 
 
-def connect(url: str, job: str, token: str) -> "Rendezvous":
-    """The rank side of job `job` at `url` (nothing is connected before ``open``); ValueError for a bad URL."""
+def connect(
+    url: str, job: str, token: str, rank: int = -1, sharded: bool = False, incarnation: str = ""
+) -> "Rendezvous":
+    """The rank side of job `job` at `url` (nothing is connected before ``open``); ValueError for a bad URL.
+    `sharded`: the job's rendezvous is spread over the fmpi-relays of `url`, and `rank` (the slot the rank will
+    ask for; -1: any, and then its `incarnation` picks the relay it tries first) says which of them it registers at."""
     kind = parse(url).kind
     if kind == FMPI_RELAY:
         from .fmpi_relay import FmpiRelayRendezvous
 
-        return FmpiRelayRendezvous(url, job, token)
+        return FmpiRelayRendezvous(url, job, token, rank, sharded, incarnation)
     if kind == REDIS:
         from .redis_backend import RedisRendezvous
 
@@ -31,10 +35,15 @@ def connect(url: str, job: str, token: str) -> "Rendezvous":
     return MemoryRendezvous(url, job, token)
 
 
-def job_control(url: str, rejoin_within: float = 0.0) -> "JobControl":
+def job_control(url: str, rejoin_within: float = 0.0, sharded: bool = False) -> "JobControl":
     """The launcher side at `url`. `rejoin_within`: seconds a restarted fmpi-relay gets to come back and take a
-    running job again (0: a lost relay fails the job; Redis and in-process stores do not restart)."""
+    running job again (0: a lost relay fails the job; Redis and in-process stores do not restart). `sharded`: the
+    job's rendezvous is spread over the fmpi-relays of `url` (``fmpi_shards.py``; a lost one fails the job)."""
     kind = parse(url).kind
+    if kind == FMPI_RELAY and sharded and len(parse(url).addresses) > 1:
+        from .fmpi_shards import ShardedJobControl
+
+        return ShardedJobControl(url)
     if kind == FMPI_RELAY:
         from .fmpi_relay import FmpiRelayJobControl
 

@@ -9,10 +9,12 @@ ranks can rejoin (see docs/troubleshooting.md).
 
 from __future__ import annotations
 
+import random
 import socket
 import sys
 import threading
 import time
+import zlib
 from typing import Any
 
 from ..natpunch.sockets import bind_reusable
@@ -31,31 +33,41 @@ from .relay_connection import (
     route_source_ip,
     wait_world,
 )
-from .urls import display_url
+from .urls import display_url, shard_urls
 
 # Codes of a restarted relay that is not (fully) back yet: try again.
 NOT_BACK = ("unknown_job", "lost", "timeout", "unreachable")
 
 
 class FmpiRelayRendezvous:
-    """A rank's registration at fmpi-relay (the first relay of the URL)."""
+    """A rank's registration at fmpi-relay: the first relay of the URL, or with `sharded` relay ``rank % k`` of its
+    k (a rank that takes any slot starts at one its incarnation picks, and moves on while they are full: a
+    duplicate delivery of the same invocation follows it, and is refused as a duplicate where it joined)."""
 
     can_rejoin = True  # a restarted relay takes the job back from the launcher, then its ranks
 
-    def __init__(self, url: str, job: str, token: str) -> None:
+    def __init__(self, url: str, job: str, token: str, rank: int = -1, sharded: bool = False, incarnation: str = "") -> None:
         self.url, self.job, self._token = url, job, token
+        self._shards = shard_urls(url) if sharded else [url]
+        k = len(self._shards)
+        self._shard = rank % k if rank >= 0 else zlib.crc32(incarnation.encode()) % k if incarnation else random.randrange(k)
         self._conn: RelayConnection | None = None
         self._local: tuple[str, int] | None = None
         self._probe: tuple[str, int] | None = None
         self._nat: dict[str, str] | None = None  # the NAT this rank is behind, for the launcher
 
+    @property
+    def _at(self) -> str:
+        """The URL of the relay this rank registers at."""
+        return self._shards[self._shard]
+
     def local_ip(self) -> str:
-        return route_source_ip(self.url)
+        return route_source_ip(self._at)
 
     def open(self, shared: socket.socket, timeout: float) -> None:
         local_ip, port = shared.getsockname()[:2]
         self._local = (local_ip, port)
-        self._conn = RelayConnection(self.url, timeout=timeout, sock=shared)
+        self._conn = RelayConnection(self._at, timeout=timeout, sock=shared)
         observed, probe_port = observe(self._conn, timeout)
         note = ""
         if observed != self._local:
@@ -63,14 +75,25 @@ class FmpiRelayRendezvous:
             if probe_port is None:
                 note = "the relay has no probe port"
             else:
-                self._probe, note = probe_nat(self.url, probe_port, lambda: bind_reusable(local_ip, port))
+                self._probe, note = probe_nat(self._at, probe_port, lambda: bind_reusable(local_ip, port))
         self._nat = {"kind": nat_kind([self._local], observed, self._probe), **({"note": note} if note else {})}
 
     def register(self, rank: int, incarnation: str, timeout: float) -> Registered:
         conn, local = self._opened()
-        got, size, observed = register(conn, self.job, self._token, rank, incarnation, [local], timeout, self._probe,
-                                       nat=self._nat)
-        return Registered(got, size, local, observed, self._probe, incarnation)
+        tries = len(self._shards)
+        while True:
+            try:
+                got, size, observed = register(conn, self.job, self._token, rank, incarnation, [local], timeout,
+                                               self._probe, nat=self._nat)
+                return Registered(got, size, local, observed, self._probe, incarnation)
+            except RelayError as exc:
+                tries -= 1
+                if exc.code != "shard_full" or tries == 0:
+                    raise
+            # Every slot of this relay is taken (sharded): any free slot of the next one, from the same port.
+            conn.close()
+            self._shard, rank = (self._shard + 1) % len(self._shards), -1
+            conn = self._conn = RelayConnection(self._at, timeout=timeout, sock=bind_reusable(*local))
 
     def wait_world(self, deadline: float) -> int:
         return wait_world(self._opened()[0], deadline)
@@ -82,7 +105,7 @@ class FmpiRelayRendezvous:
     def rejoin(self, registered: Registered, timeout: float) -> Carrier | None:
         # The old connection broke, or the relay restarted (and the launcher created the job there again).
         # From a new port: the old connection's (from the shared port) may linger in the kernel.
-        conn = RelayConnection(self.url, timeout=min(timeout, 2.0))
+        conn = RelayConnection(self._at, timeout=min(timeout, 2.0))
         try:
             register(conn, self.job, self._token, registered.rank, registered.incarnation, [registered.local], timeout,
                      registered.probe, rejoin_as=registered.observed)

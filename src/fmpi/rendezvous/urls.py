@@ -1,6 +1,7 @@
 """The one parser of relay URLs: which rendezvous backend a URL names, and the addresses in it.
 
-    tcp://host:port[,host:port...]     fmpi-relay (several: the job on the first, shared objects on all)
+    tcp://host:port[,host:port...]     fmpi-relay (several: the job on the first, shared objects on all;
+                                       with FMPI_SHARD_RENDEZVOUS=1 the job's rendezvous spread over all)
     tls://host:port[,...]              the same over TLS
     redis[s]://[:password@]host[:port][/db]   Redis (one server, or a node of a Redis Cluster)
     memory://name                      an in-process rendezvous (tests; see memory.py)
@@ -73,6 +74,12 @@ def parse(url: str) -> RelayUrl:
 def relay_addresses(url: str) -> list[tuple[str, int]]:
     """'tcp://a:7000,b:7000' (or 'tcp://a:7000,tcp://b:7000') -> [(a, 7000), (b, 7000)]; one address is a list of one."""
     return list(parse(url).addresses)
+
+
+def shard_urls(url: str) -> list[str]:
+    """'tcp://a:7000,b:7000' -> ['tcp://a:7000', 'tcp://b:7000']: one URL per fmpi-relay of `url`, in order."""
+    parsed = parse(url)
+    return [f"{parsed.scheme}://[{h}]:{p}" if ":" in h else f"{parsed.scheme}://{h}:{p}" for h, p in parsed.addresses]
 
 
 def parse_relay_url(url: str) -> tuple[str, int]:

@@ -68,6 +68,10 @@ class Kind(enum.IntEnum):
     DSO_ATTACHED = 52  # relay -> client: attached; the relay's limits
     DSO_CALL = 53  # binary: request id (u32), JSON length (u32), JSON {type, name, method, args}, value bytes
     DSO_REPLY = 54  # binary, same layout: JSON {ok: true, ...} or {error, message}
+    # relay <-> relay: the shards of a job whose rendezvous is spread over several relays (relay_server/shards.py)
+    SHARD_HELLO = 60  # first frame of a shard link: job, token, the sender's shard index
+    SHARD = 61  # a shard's control message to another: records, full, abort, lost, notices ({"type": ...})
+    SHARD_FORWARD = 62  # binary: source (i32), destination (i32) + a chunk of a relayed link, across shards
 
 
 class ProtocolError(Exception):
@@ -89,6 +93,8 @@ _FIELDS: dict[Kind, dict[str, type | tuple[type, ...]]] = {
     Kind.LOOKUP: {"ranks": list},
     Kind.DSO_CREATE: {"job": str, "token": str},
     Kind.DSO_ATTACH: {"job": str, "token": str},
+    Kind.SHARD_HELLO: {"job": str, "token": str, "shard": int},
+    Kind.SHARD: {"type": str},
 }
 
 
@@ -116,6 +122,7 @@ def abort_body(code: int, reason: str, cause: dict[str, Any] | None = None) -> d
 
 
 FORWARD_RANK = struct.Struct("!i")
+SHARD_FORWARD_RANKS = struct.Struct("!ii")  # source, destination
 
 
 def encode(kind: Kind, body: dict[str, Any] | None = None) -> bytes:
@@ -126,6 +133,12 @@ def encode(kind: Kind, body: dict[str, Any] | None = None) -> bytes:
 def forward_header(rank: int, nbytes: int) -> bytes:
     """Header and rank of a FORWARD frame carrying `nbytes` of stream."""
     return HEADER.pack(VERSION, Kind.FORWARD, 0, FORWARD_RANK.size + nbytes) + FORWARD_RANK.pack(rank)
+
+
+def shard_forward_header(source: int, dest: int, nbytes: int) -> bytes:
+    """Header and ranks of a SHARD_FORWARD frame carrying `nbytes` of stream from `source` to `dest`."""
+    size = SHARD_FORWARD_RANKS.size + nbytes
+    return HEADER.pack(VERSION, Kind.SHARD_FORWARD, 0, size) + SHARD_FORWARD_RANKS.pack(source, dest)
 
 
 def decode_header(data: bytes | memoryview, max_body: int, offset: int = 0) -> tuple[Kind, int]:
