@@ -106,8 +106,7 @@ def _meet_at_root(port: Any, size: int, accepting: bool) -> spawning.SpawnedJob:
         finally:
             link.finalize(0)
         return shared
-    control = spawning.job_control(relay)
-    control.create(meeting.job, token, 2, ACCEPT_TIMEOUT, spawning.Quiet())
+    control = spawning.create_meeting(relay, meeting.job, token, ACCEPT_TIMEOUT)
     try:
         link = join(meeting)
         try:

@@ -117,9 +117,12 @@ def start(relay: str, parents: int, commands: list[list[str]]) -> tuple[SpawnedJ
     return spawned, children
 
 
-def job_control(relay: str) -> Any:
-    """The launcher-side handle on jobs at `relay` (a port's meeting job is made with it)."""
-    return rendezvous.job_control(relay)
+def create_meeting(relay: str, job: str, token: str, fill_timeout: float) -> Any:
+    """Create the two-slot job at `relay` where an accepting root meets a connecting one (a port's Accept,
+    api/ports.py); returns its JobControl, which the caller ends."""
+    control = rendezvous.job_control(relay)
+    control.create(job, token, 2, fill_timeout, Quiet())
+    return control
 
 
 def join_as_parent(spawned: SpawnedJob, index: int) -> RankSession:
