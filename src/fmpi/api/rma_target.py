@@ -66,6 +66,9 @@ class TargetService:
         self._errors: dict[int, str] = {}  # origin -> the first error of its operations since its last flush
         self._held: dict[int, list[tuple[int, tuple]]] = {}  # origin whose lock waits -> its requests since, in order
         self._mutex = threading.Lock()  # one operation at a time: this thread's, or the own rank's (``local``)
+        # Closed until the rank's program next calls into the engine after the window's creation returned
+        # (``release``): until then requests wait in the engine's queue, as MPICH applies none before that call.
+        self._released = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="fmpi-rma-target", daemon=True)
 
     def start(self) -> None:
@@ -74,11 +77,20 @@ class TargetService:
     def join(self) -> None:
         self._thread.join()
 
+    def release(self) -> None:
+        """The rank's program made an MPI call since the window was created: apply the origins' requests."""
+        self._released.set()
+
     # ------------------------------------------------------------------ loop
     def _serve(self) -> None:
         comm = self._requests
         engine = comm._engine
         timeout = None if engine.options.op_timeout is None else IDLE_WAIT
+        self._released.wait()
+        with engine.next_call.serving():  # (its replies are not the program's MPI calls)
+            self._loop(comm, engine, timeout)
+
+    def _loop(self, comm: Any, engine: Any, timeout: float | None) -> None:
         while True:
             try:
                 op = engine.irecv(ANY_SOURCE, comm._ctx, ANY_TAG, None)

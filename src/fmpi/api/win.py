@@ -76,6 +76,8 @@ class _Window:
             return
         self.service = TargetService(self.requests, self.replies, self.locate)
         self.service.start()
+        # Origins' requests wait for this rank's next MPI call (a store into the fresh window comes first)
+        self.requests._engine.next_call.add(self.service.release)
 
     def locate(self, disp: int) -> tuple[memoryview, int]:
         if self.flavor != WIN_FLAVOR_DYNAMIC:
@@ -153,6 +155,8 @@ class Win(RmaCalls, ActiveTarget, WinAttributes):
         if w.relay is not None:
             w.relay.free()
         else:
+            w.requests._engine.next_call.discard(w.service.release)
+            w.service.release()  # (Free is this rank's MPI call, if it made none since the creation)
             w.sync.Barrier()  # every rank is past its last epoch: nothing more comes to any target
             w.requests.send(None, w.requests.Get_rank(), STOP)
             w.service.join()

@@ -31,7 +31,7 @@ from ..wire.relay_protocol import Kind as RelayKind
 from .links.link import Link
 from .matching import Matcher
 from .options import TransportOptions
-from .peers import Peer
+from .peers import Peer, PeerState
 from .progress import ProgressLoop
 from .relay_channel import RelayChannel
 from .requests import Arrived, Op, RecvOp, TransportError
@@ -222,6 +222,30 @@ class Core:
     def links(self) -> list[Link]:
         """(lock held) Every TCP link, current or replaced by the relay."""
         return [p.link for p in self.peers.values() if p.link is not None] + self.old_links
+
+    def traffic(self) -> dict[str, int]:
+        """Bytes sent and received over TCP links and the relay connection (and over the relay alone), so far."""
+        with self.lock:
+            links = self.links()
+        sent = sum(link.bytes_out for link in links)
+        received = sum(link.bytes_in for link in links)
+        relay = self.relay
+        relay_sent = relay.bytes_out if relay is not None else 0
+        relay_received = relay.bytes_in if relay is not None else 0
+        # (the relay's share apart: a relay host bills its data transfer, links between functions do not)
+        return {"sent": sent + relay_sent, "received": received + relay_received,
+                "relay_sent": relay_sent, "relay_received": relay_received}
+
+    def link_stats(self) -> list[dict[str, Any]]:
+        """One entry per peer a link was made to: kind, set-up seconds, failovers."""
+        with self.lock:
+            return [p.stats() for p in sorted(self.peers.values(), key=lambda p: p.rank) if p.kind is not None]
+
+    def link_summary(self) -> dict[str, int]:
+        """How many peers are in each link state."""
+        with self.lock:
+            states = [p.state for p in self.peers.values()]
+        return {s.name.lower(): states.count(s) for s in PeerState if states.count(s)}
 
 
 def truncated(recv: RecvOp, source: int, tag: int, nbytes: int) -> TransportError:
