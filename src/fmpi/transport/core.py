@@ -123,6 +123,7 @@ class Core:
         self.old_links: list[Link] = []  # links replaced by the relay (for traffic counts)
         self.draining = False  # finalize waits for acknowledgements
         self.closing = False  # finalize has said BYE: a link closing now is no failover
+        self.inboxes: dict[int, Any] = {}  # context -> the Inbox its messages go to, served where read (inbox.py)
 
     def peer(self, rank: int) -> Peer:
         """The record of world rank `rank`, made on first use (lock held)."""
@@ -194,19 +195,22 @@ class Core:
         payload.release()  # type: ignore[union-attr]
         return credit
 
-    def deliver_payload(self, rank: int, rts_seq: int, tag: int, nbytes: int, payload: memoryview | bytearray | None) -> None:
+    def deliver_payload(
+        self, rank: int, rts_seq: int, tag: int, nbytes: int, payload: memoryview | bytearray | None
+    ) -> RecvOp | None:
         """(lock held) The payload of an announced message arrived: complete the receive that waits for it
         (``Peer.awaiting``). `payload`: the bytes, or None when they were read straight into its buffer (or
-        discarded, when they did not fit it)."""
+        discarded, when they did not fit it). Returns the receive it completed."""
         recv = self.peers[rank].awaiting.pop(rts_seq, None)
         if recv is None:
-            return  # (its peer failed meanwhile: the receive has its error)
+            return None  # (its peer failed meanwhile: the receive has its error)
         if payload is not None:
             self.fill(recv, rank, tag, payload if recv.buffer is not None else bytearray(payload))
         else:
             if recv.buffer is not None and nbytes > len(recv.buffer):
                 recv.error = truncated(recv, rank, tag, nbytes)
             self.finish_recv(recv, rank, tag, nbytes)
+        return recv
 
     def payload_destination(self, rank: int, rts_seq: int, nbytes: int) -> memoryview | bytearray | None:
         """(lock held) Where the payload of an announced message goes: its receive's buffer, a buffer made

@@ -49,6 +49,7 @@ from .links.held_link import HeldLinks
 from .links.directory import Directory
 from .links.linkup import Linker
 from .links.shm_lane import NO_KEY, host_key
+from .inbox import Inboxes
 from .matching import ANY_SOURCE
 from .next_call import NextCall
 from .options import TransportOptions
@@ -104,6 +105,7 @@ class Engine:
         self.waits = self.waiter.waits  # what each blocked thread waits for (FMPI_TIMEOUT diagnosis)
         self._held = HeldLinks(core, self.waiter, self._sender, self.wait)
         self.next_call = NextCall()  # run at the program's next call into the engine (next_call.py)
+        self.inboxes = Inboxes(core, self._sender, self.next_call.serving)  # contexts served where read (inbox.py)
         # statistics: bytes sent and received, one record per link made, peers linked and looked up (core.py)
         self.traffic, self.link_stats, self.link_summary = core.traffic, core.link_stats, core.link_summary
         self.looked_up = self._linker.directory.looked_up  # the peers whose records the rendezvous gave
@@ -217,18 +219,14 @@ class Engine:
                 core.wake.sleep(deadline, "probe")
 
     # ================================================================ waiting
-    def wait(self, op: Op, timeout: float | None = None, read_links: bool = True) -> None:
-        """Block until `op` completes; raises its error. `read_links=False`: sleep until the progress thread
-        (or another waiting thread) has delivered it, never holding links — for a service thread that
-        waits for anyone (an RMA window's), which would otherwise take every link from the program's
-        own waits and make each of them a thread hand-off."""
+    def wait(self, op: Op, timeout: float | None = None) -> None:
+        """Block until `op` completes; raises its error."""
         if self.next_call.pending:  # (next_call.py)
             self.next_call.run()
         if not op.done:
-            if read_links:
-                timeout = self._try_held(op, timeout)
+            timeout = self._try_held(op, timeout)
             if not op.done:
-                self.waiter.block(lambda: op.done, (op,), timeout, "wait", read_links)
+                self.waiter.block(lambda: op.done, (op,), timeout, "wait")
         if op.error is not None:
             raise op.error
 

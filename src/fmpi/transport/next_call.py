@@ -8,7 +8,7 @@ with no synchronization and relies on nobody's additions landing before that sto
 the origins' requests until its rank's next call into the engine — the functions registered here run at
 the start of that call.
 
-Threads that serve others rather than the program (a window's service thread answering an origin) enter
+Threads that serve others rather than the program (a reader serving a window's requests: ``inbox.py``) enter
 the engine too; they mark themselves (``serving``) and do not count as the program's call.
 """
 
