@@ -1,11 +1,10 @@
 """Inboxes: the messages of one context, handed to a function by whichever thread reads them.
 
 An RMA window's target (``api/rma_target``) answers requests no receive of the program asks for. Handing
-each one to a thread of its own costs a thread switch per request (the reader wakes the service thread,
-which needs the GIL): a passive target's get took ~3x a plain ping-pong. A context with an inbox instead
-has its messages served where they are read — by the progress thread, by a program thread that reads its
-links while it waits (``waiting.py``), or by the sender of a message to itself — so a request is applied,
-and answered, on the spot.
+each one to a thread of its own cost a thread switch per request (the reader woke the service thread,
+which then needed the GIL). A context with an inbox instead has its messages served where they are
+read — by the progress thread, by a program thread that reads its links while it waits (``waiting.py``),
+or by the sender of a message to itself — so a request is applied, and answered, on the spot.
 
 Order: messages go into the inbox's queue under the engine lock, in the order the matcher would have
 matched them (one peer's frames are read in order), and one thread at a time serves the queue from its
