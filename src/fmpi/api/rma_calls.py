@@ -1,6 +1,6 @@
 """The origin side of one-sided communication: ``Win.Put``/``Get``/``Accumulate``/... (mixed into ``Win``).
 
-Each call becomes one request to the target's service thread (``rma_target``). A put or an accumulate is
+Each call becomes one request to the target (``rma_target``). A put or an accumulate is
 sent and the call returns (the origin buffer is free then, as MPI allows at the latest at the next
 synchronization); a get, a get-accumulate or a compare-and-swap waits for the target's answer, so its result
 is in place when the call returns, earlier than MPI requires and never later. The request-based forms

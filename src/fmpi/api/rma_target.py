@@ -1,15 +1,19 @@
-"""The target side of one-sided communication: a thread per window that applies what origins ask of its memory.
+"""The target side of one-sided communication: what applies the origins' requests to a rank's window memory.
 
 fmpi has no NIC that writes into a peer's memory, so a window emulates RMA with messages, as MPICH's ch3 does
-over TCP: each rank runs a service thread that receives the origins' requests on the window's own
-communicator and applies them to its memory in arrival order. That gives MPI's guarantees:
+over TCP: origins send requests on the window's own communicator, and the target applies them to its memory
+in arrival order and answers. The requests go to an *inbox* of the engine (``transport/inbox.py``): the thread
+that reads one off the link — the progress thread, or a thread of the program that reads its links while it
+waits — applies it and sends the answer on the spot (a service thread of its own cost a thread switch per
+request). That gives MPI's guarantees:
 
 * passive target (``Lock``/``Put``/``Unlock``) progresses while the target's program computes or blocks in
-  another call — the thread, not the program, answers;
+  another call — the engine's progress thread, not the program, answers;
 * one origin's operations are applied in the order it issued them (MPI's non-overtaking rule on one
-  communicator), so a FLUSH answered means everything that origin sent before it is in the memory;
-* one thread applies everything, so each accumulate is atomic with respect to every other RMA operation on
-  the window, as MPI requires of ``Accumulate``, ``Get_accumulate``, ``Fetch_and_op`` and
+  communicator; the inbox serves them in order), so a FLUSH answered means everything that origin sent
+  before it is in the memory — and so does any answer (a GET's, ...), which lets the origin skip a Flush;
+* one request is applied at a time (a mutex), so each accumulate is atomic with respect to every other RMA
+  operation on the window, as MPI requires of ``Accumulate``, ``Get_accumulate``, ``Fetch_and_op`` and
   ``Compare_and_swap``;
 * locks are granted here, in request order (an exclusive lock waits for the holders to leave). An origin's
   ``Lock`` does not wait for the grant (MPI allows it to return first, and MPICH does so too): what the
@@ -17,6 +21,9 @@ communicator and applies them to its memory in arrival order. That gives MPI's g
 
 An error at the target (a displacement outside an attached region of a dynamic window) cannot interrupt an
 origin that has moved on; it is kept and sent back with that origin's next FLUSH or UNLOCK answer.
+
+A new window's inbox is held until its rank's program next calls into the engine (``release``): MPICH applies
+nothing before the target's next MPI call, and mpi4py's nxtval demo stores into its fresh window first.
 """
 
 from __future__ import annotations
@@ -27,24 +34,18 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..transport.requests import RecvOp, TransportError
+from ..transport.requests import TransportError
 from ..wire import pickle_oob as serialize
 from . import op as ops
 from .buffers import message
 from .collspecs import simple
-from .constants import ANY_SOURCE, ANY_TAG
 from .datatypes import Datatype
 from .rma_constants import LOCK_EXCLUSIVE
 
 # Request kinds (the tag of a request on the window's request communicator).
-PUT, GET, ACC, GET_ACC, CAS, LOCK, UNLOCK, FLUSH, STOP = range(1, 10)
+PUT, GET, ACC, GET_ACC, CAS, LOCK, UNLOCK, FLUSH = range(1, 9)
 # The reply tag of a request nobody waits for (a lazy LOCK: its origin goes on at once).
 NO_ANSWER = 0
-
-# With FMPI_TIMEOUT set, how long one wait for the next request lasts before the thread waits again: an
-# explicit timeout keeps the hang check from counting an idle window as a hang. (Without FMPI_TIMEOUT the
-# thread waits without one: a wait with a deadline answered a request from another rank in 6 ms, not 0.3.)
-IDLE_WAIT = 3600.0
 
 # Where a displacement lands: (the memory, the byte offset in it) — or a ValueError.
 Locate = Callable[[int], tuple[memoryview, int]]
@@ -58,49 +59,37 @@ class TargetService:
     """Applies RMA requests to one rank's window memory (see the module docstring)."""
 
     def __init__(self, requests: Any, replies: Any, locate: Locate) -> None:
-        self._requests = requests  # the window's request communicator (api Comm): only this thread receives on it
+        self._requests = requests  # the window's request communicator (api Comm): its messages come to ``_serve``
         self._replies = replies  # where answers go, tagged with the origin's reply tag
         self._locate = locate
         self._holders: dict[int, int] = {}  # origin -> lock type it holds
         self._waiting: deque[tuple[int, int, int]] = deque()  # (origin, lock type, reply tag), in request order
         self._errors: dict[int, str] = {}  # origin -> the first error of its operations since its last flush
         self._held: dict[int, list[tuple[int, tuple]]] = {}  # origin whose lock waits -> its requests since, in order
-        self._mutex = threading.Lock()  # one operation at a time: this thread's, or the own rank's (``local``)
-        self._thread = threading.Thread(target=self._serve, name="fmpi-rma-target", daemon=True)
+        self._mutex = threading.Lock()  # one operation at a time: a reader's, or the own rank's (``local``)
+        self._engine = requests._engine
+        # The engine's reader threads serve the requests (transport/inbox.py); held until ``release``.
+        self._inbox = self._engine.inboxes.open(requests._ctx, self._serve)
 
-    def start(self) -> None:
-        self._thread.start()
+    def release(self) -> None:
+        """The rank's program made an MPI call since the window was created: apply the origins' requests
+        (those that came before first, in arrival order)."""
+        self._inbox.release()
 
-    def join(self) -> None:
-        self._thread.join()
+    def close(self) -> None:
+        """The window is freed (every origin is past its last epoch: nothing more comes)."""
+        self._engine.inboxes.close(self._requests._ctx)
 
-    # ------------------------------------------------------------------ loop
-    def _serve(self) -> None:
-        comm = self._requests
-        engine = comm._engine
-        timeout = None if engine.options.op_timeout is None else IDLE_WAIT
-        while True:
-            try:
-                op = engine.irecv(ANY_SOURCE, comm._ctx, ANY_TAG, None)
-                while True:
-                    try:
-                        engine.wait(op, timeout, read_links=False)
-                        break
-                    except TransportError as exc:
-                        if exc.error_class != "ERR_TIMEOUT":
-                            raise
-            except TransportError:
-                return  # the rank's transport stopped (finalize, abort): the window goes with it
-            assert isinstance(op, RecvOp)
-            origin, kind = comm._comm_rank(op.status_source), op.status_tag
-            if kind == STOP:
-                return
-            with self._mutex:
-                self._handle(origin, kind, serialize.loads(op.payload))
+    # ------------------------------------------------------------------ requests
+    def _serve(self, source: int, kind: int, payload: Any) -> None:
+        """One request, in the thread that read it (transport/inbox.py: never blocks)."""
+        args = serialize.loads(payload)
+        with self._mutex:
+            self._handle(self._requests._comm_rank(source), kind, args)
 
     def local(self, kind: int, args: tuple) -> Any:
-        """An operation of this rank on its own window, applied at once in the calling thread (no round trip
-        through the service thread; as atomic, under the same mutex). Raises what the operation raises."""
+        """An operation of this rank on its own window, applied at once in the calling thread (no request
+        through the inbox; as atomic, under the same mutex). Raises what the operation raises."""
         with self._mutex:
             try:
                 return self._apply(kind, args)
@@ -119,7 +108,8 @@ class TargetService:
             (reply,) = args
             if kind == UNLOCK:
                 self._holders.pop(origin, None)
-            self._answer(origin, reply, self._errors.pop(origin, None))
+            if reply != NO_ANSWER:  # (an UNLOCK whose origin had every operation answered: no answer)
+                self._answer(origin, reply, self._errors.pop(origin, None))
             if kind == UNLOCK:
                 self._grant()
         else:
@@ -135,7 +125,13 @@ class TargetService:
                 self._answer(origin, reply, result)
 
     def _answer(self, origin: int, reply: int, value: Any) -> None:
-        self._replies.send(value, origin, reply)
+        """Sent, not waited for: this may be the progress thread, which a wait for a large answer's
+        acknowledgement would deadlock (the send completes on its own)."""
+        world, tag = self._replies._send_envelope(origin, reply)
+        try:
+            self._engine.isend(world, self._replies._ctx, tag, serialize.dumps(value))
+        except TransportError:
+            pass  # (the origin is gone: nobody waits for the answer)
 
     def _grant(self) -> None:
         """Grant waiting locks from the front of the queue while they are compatible with the holders."""

@@ -1,20 +1,21 @@
 """``MPI.Win``: one-sided communication windows — creation, synchronization, attributes.
 
-A window is three private duplicates of its communicator: ``requests`` (what origins ask of a target; only
-the target's service thread receives on it, see ``rma_target``), ``replies`` (the answers, each under a tag
+A window is three private duplicates of its communicator: ``requests`` (what origins ask of a target; the
+target's engine serves them where it reads them, see ``rma_target``), ``replies`` (the answers, each under a tag
 the asking origin chose) and ``sync`` (fence barriers and the post/start/complete/wait notices). The
 operations themselves are in ``rma_calls``.
 
 Synchronization maps onto acknowledgements: a target answers an origin's FLUSH after everything that origin
 sent before it, so ``Flush``, ``Unlock``, ``Fence`` and ``Complete`` end by flushing the targets the origin
-touched since its last synchronization. Locks are granted by the target's service thread, so a passive
-target needs no help from its program.
+touched since its last synchronization. Any answer says the same (a get's comes after everything sent before
+it), so a target answered since is not flushed again, and Unlock of it sends the release without waiting.
+Locks are granted by the target's engine (``rma_target``), so a passive target needs no help from its program.
 
 Flavors: ``Create`` (the caller's memory), ``Allocate`` (the ``Win`` itself is a bytearray holding it: see
 ``win_allocated``), ``Allocate_shared`` (one file mapped by every rank of a communicator on one host:
 ``Shared_query`` returns a peer's segment, and loads and stores reach it directly) and ``Create_dynamic``
 (``Attach``/``Detach``; displacements are addresses).
-The memory model is ``WIN_UNIFIED``: the service thread writes into the very memory the program reads — except
+The memory model is ``WIN_UNIFIED``: requests are applied to the very memory the program reads — except
 for windows whose memory lives on the relay (``win_relay``: ``WIN_SEPARATE``; each synchronization hook below
 hands over to it).
 """
@@ -39,7 +40,7 @@ from .rma_constants import (
     LOCK_EXCLUSIVE, LOCK_SHARED, MODE_NOPRECEDE, WIN_FLAVOR_ALLOCATE, WIN_FLAVOR_CREATE, WIN_FLAVOR_DYNAMIC,
     WIN_FLAVOR_SHARED,
 )
-from .rma_target import FLUSH, LOCK, NO_ANSWER, STOP, UNLOCK, RmaError, TargetService
+from .rma_target import FLUSH, LOCK, NO_ANSWER, UNLOCK, RmaError, TargetService
 from .win_active import ActiveTarget
 from .win_attributes import WinAttributes
 from .win_memory import shared_segments, window_memory
@@ -61,7 +62,7 @@ class _Window:
         self.me = self.sync.Get_rank()
         self.attached: list[tuple[int, memoryview]] = []  # dynamic windows: (address, memory)
         self.segments: list[Any] = []  # shared windows: every rank's segment
-        self.touched: set[int] = set()  # targets sent operations since their last flush
+        self.touched: set[int] = set()  # targets sent operations (or a lock request) not answered since
         self.locked: set[int] = set()
         self.exposure: list[int] | None = None  # Post's group (window ranks), until Wait
         self.completed: set[int] = set()  # origins whose COMPLETED notice Test already took
@@ -75,7 +76,8 @@ class _Window:
             self.relay = RelayMemory(self)
             return
         self.service = TargetService(self.requests, self.replies, self.locate)
-        self.service.start()
+        # Origins' requests wait for this rank's next MPI call (a store into the fresh window comes first)
+        self.requests._engine.next_call.add(self.service.release)
 
     def locate(self, disp: int) -> tuple[memoryview, int]:
         if self.flavor != WIN_FLAVOR_DYNAMIC:
@@ -153,9 +155,10 @@ class Win(RmaCalls, ActiveTarget, WinAttributes):
         if w.relay is not None:
             w.relay.free()
         else:
+            w.requests._engine.next_call.discard(w.service.release)
+            w.service.release()  # (Free is this rank's MPI call, if it made none since the creation)
             w.sync.Barrier()  # every rank is past its last epoch: nothing more comes to any target
-            w.requests.send(None, w.requests.Get_rank(), STOP)
-            w.service.join()
+            w.service.close()
         for comm in (w.sync, w.requests, w.replies):
             comm.Free()
         self._w = None
@@ -248,6 +251,11 @@ class Win(RmaCalls, ActiveTarget, WinAttributes):
         answer = w.replies.recv(source=rank, tag=tag)
         if isinstance(answer, RmaError):
             raise err.Exception(err.ERR_RMA_RANGE, str(answer))
+        if kind not in (LOCK, UNLOCK, FLUSH) and w.flavor != WIN_FLAVOR_DYNAMIC:
+            # The target answers in order: what this rank sent it before is applied, and its lock granted; a
+            # Flush now has nothing to wait for. (A dynamic window's target may hold an error of an earlier
+            # put for the next FLUSH answer: there it still goes.)
+            w.touched.discard(rank)
         return answer
 
     def _flush(self, ranks: Any, kind: int = FLUSH) -> None:
@@ -264,6 +272,11 @@ class Win(RmaCalls, ActiveTarget, WinAttributes):
         for rank in ranks:
             if rank == w.me and kind == FLUSH:
                 continue  # (this rank's operations on its own window are applied when called)
+            if kind == UNLOCK and rank not in w.touched and rank != w.me and w.flavor != WIN_FLAVOR_DYNAMIC:
+                # Everything sent to it is answered and the lock granted: nothing to wait for, the target
+                # only has to hear the release (before anything this rank sends it later).
+                w.requests.send((NO_ANSWER,), rank, UNLOCK)
+                continue
             w.touched.discard(rank)
             with w.tag_lock:
                 tag = 1 + next(w.tags) % _REPLY_TAGS
@@ -300,6 +313,7 @@ class Win(RmaCalls, ActiveTarget, WinAttributes):
             # Lazy, as MPI allows and MPICH does: the request goes out and Lock returns; the target holds
             # this rank's later requests until it grants the lock. Lock, Put, Unlock is then one round trip.
             w.requests.send((lock_type, NO_ANSWER), rank, LOCK)
+            w.touched.add(rank)  # (a Flush waits for the grant, even with no operation since)
         w.locked.add(rank)
 
     def Unlock(self, rank: int) -> None:
@@ -325,9 +339,11 @@ class Win(RmaCalls, ActiveTarget, WinAttributes):
         self._flush(ranks, UNLOCK)
 
     def Flush(self, rank: int) -> None:
+        """A round trip to `rank` only if something sent to it is unanswered (``touched``)."""
         if rank != PROC_NULL:
             self._target(rank)
-            self._flush([rank])
+            if rank in self._w.touched or self._w.relay is not None:
+                self._flush([rank])
 
     def Flush_all(self) -> None:
         self._flush(sorted(self._live().touched))

@@ -31,7 +31,7 @@ from ..wire.relay_protocol import Kind as RelayKind
 from .links.link import Link
 from .matching import Matcher
 from .options import TransportOptions
-from .peers import Peer
+from .peers import Peer, PeerState
 from .progress import ProgressLoop
 from .relay_line import RelayLine
 from .requests import Arrived, Op, RecvOp, TransportError
@@ -123,6 +123,7 @@ class Core:
         self.old_links: list[Link] = []  # links replaced by the relay (for traffic counts)
         self.draining = False  # finalize waits for acknowledgements
         self.closing = False  # finalize has said BYE: a link closing now is no failover
+        self.inboxes: dict[int, Any] = {}  # context -> the Inbox its messages go to, served where read (inbox.py)
 
     def peer(self, rank: int) -> Peer:
         """The record of world rank `rank`, made on first use (lock held)."""
@@ -194,19 +195,22 @@ class Core:
         payload.release()  # type: ignore[union-attr]
         return credit
 
-    def deliver_payload(self, rank: int, rts_seq: int, tag: int, nbytes: int, payload: memoryview | bytearray | None) -> None:
+    def deliver_payload(
+        self, rank: int, rts_seq: int, tag: int, nbytes: int, payload: memoryview | bytearray | None
+    ) -> RecvOp | None:
         """(lock held) The payload of an announced message arrived: complete the receive that waits for it
         (``Peer.awaiting``). `payload`: the bytes, or None when they were read straight into its buffer (or
-        discarded, when they did not fit it)."""
+        discarded, when they did not fit it). Returns the receive it completed."""
         recv = self.peers[rank].awaiting.pop(rts_seq, None)
         if recv is None:
-            return  # (its peer failed meanwhile: the receive has its error)
+            return None  # (its peer failed meanwhile: the receive has its error)
         if payload is not None:
             self.fill(recv, rank, tag, payload if recv.buffer is not None else bytearray(payload))
         else:
             if recv.buffer is not None and nbytes > len(recv.buffer):
                 recv.error = truncated(recv, rank, tag, nbytes)
             self.finish_recv(recv, rank, tag, nbytes)
+        return recv
 
     def payload_destination(self, rank: int, rts_seq: int, nbytes: int) -> memoryview | bytearray | None:
         """(lock held) Where the payload of an announced message goes: its receive's buffer, a buffer made
@@ -222,6 +226,30 @@ class Core:
     def links(self) -> list[Link]:
         """(lock held) Every TCP link, current or replaced by the relay."""
         return [p.link for p in self.peers.values() if p.link is not None] + self.old_links
+
+    def traffic(self) -> dict[str, int]:
+        """Bytes sent and received over TCP links and the relay connection (and over the relay alone), so far."""
+        with self.lock:
+            links = self.links()
+        sent = sum(link.bytes_out for link in links)
+        received = sum(link.bytes_in for link in links)
+        relay = self.relay
+        relay_sent = relay.bytes_out if relay is not None else 0
+        relay_received = relay.bytes_in if relay is not None else 0
+        # (the relay's share apart: a relay host bills its data transfer, links between functions do not)
+        return {"sent": sent + relay_sent, "received": received + relay_received,
+                "relay_sent": relay_sent, "relay_received": relay_received}
+
+    def link_stats(self) -> list[dict[str, Any]]:
+        """One entry per peer a link was made to: kind, set-up seconds, failovers."""
+        with self.lock:
+            return [p.stats() for p in sorted(self.peers.values(), key=lambda p: p.rank) if p.kind is not None]
+
+    def link_summary(self) -> dict[str, int]:
+        """How many peers are in each link state."""
+        with self.lock:
+            states = [p.state for p in self.peers.values()]
+        return {s.name.lower(): states.count(s) for s in PeerState if states.count(s)}
 
 
 def truncated(recv: RecvOp, source: int, tag: int, nbytes: int) -> TransportError:

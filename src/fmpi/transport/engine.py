@@ -49,7 +49,9 @@ from .links.held_link import HeldLinks
 from .links.directory import Directory
 from .links.linkup import Linker
 from .links.shm_lane import NO_KEY, host_key
+from .inbox import Inboxes
 from .matching import ANY_SOURCE
+from .next_call import NextCall
 from .options import TransportOptions
 from .peers import PeerState
 from .progress import READ
@@ -62,7 +64,6 @@ from .sending import Sender
 from .waiting import Waiter
 
 Endpoint = tuple[str, int]
-
 
 
 class Engine:
@@ -103,6 +104,11 @@ class Engine:
         self.waiter = Waiter(core, self._receiver, self._sender, lambda link: carriers.on_link_event(link, READ))
         self.waits = self.waiter.waits  # what each blocked thread waits for (FMPI_TIMEOUT diagnosis)
         self._held = HeldLinks(core, self.waiter, self._sender, self.wait)
+        self.next_call = NextCall()  # run at the program's next call into the engine (next_call.py)
+        self.inboxes = Inboxes(core, self._sender, self.next_call.serving)  # contexts served where read (inbox.py)
+        # statistics: bytes sent and received, one record per link made, peers linked and looked up (core.py)
+        self.traffic, self.link_stats, self.link_summary = core.traffic, core.link_stats, core.link_summary
+        self.looked_up = self._linker.directory.looked_up  # the peers whose records the rendezvous gave
         core.loop.on_stop = self._on_loop_stop
         self._listener = listener
         if listener is not None:
@@ -112,6 +118,8 @@ class Engine:
     # ================================================================ messages
     def isend(self, dest: int, context: int, tag: int, parts: list[memoryview], sync: bool = False) -> SendOp:
         """Start sending `parts` (contiguous byte views, not copied) as one message."""
+        if self.next_call.pending:  # (next_call.py)
+            self.next_call.run()
         nbytes = len(parts[0]) if len(parts) == 1 else sum(len(p) for p in parts)
         op = SendOp(dest, nbytes, sync)
         if dest == self.rank:
@@ -133,6 +141,8 @@ class Engine:
 
     def irecv(self, source: int, context: int, tag: int, buffer: memoryview | None) -> RecvOp:
         """Post a receive into `buffer` (bytes view), or into a fresh bytearray when None."""
+        if self.next_call.pending:  # (next_call.py)
+            self.next_call.run()
         op = RecvOp(context, source, tag, buffer)
         core = self.core
         with core.lock:
@@ -159,6 +169,8 @@ class Engine:
         completes as it is written, and then the receive alone is waited for
         (on the held-link fast path, where it applies).
         """
+        if self.next_call.pending:  # (next_call.py)
+            self.next_call.run()
         if dest == source and self.options.op_timeout is None:
             peer = self.core.peers.get(dest)
             link = peer.link if peer is not None else None
@@ -178,6 +190,8 @@ class Engine:
 
     def iprobe(self, source: int, context: int, tag: int) -> tuple[int, int, int] | None:
         """(source, tag, nbytes) of the first matching arrived message, left in place."""
+        if self.next_call.pending:  # (next_call.py)
+            self.next_call.run()
         pattern = RecvOp(context, source, tag, None)
         core = self.core
         with core.lock:
@@ -187,6 +201,8 @@ class Engine:
 
     def probe(self, source: int, context: int, tag: int, timeout: float | None = None) -> tuple[int, int, int]:
         """(source, tag, nbytes) of the first matching message, once one has arrived (left in place)."""
+        if self.next_call.pending:  # (next_call.py)
+            self.next_call.run()
         pattern = RecvOp(context, source, tag, None)
         deadline = None if timeout is None else time.monotonic() + timeout
         core = self.core
@@ -203,21 +219,21 @@ class Engine:
                 core.wake.sleep(deadline, "probe")
 
     # ================================================================ waiting
-    def wait(self, op: Op, timeout: float | None = None, read_links: bool = True) -> None:
-        """Block until `op` completes; raises its error. `read_links=False`: sleep until the progress thread
-        (or another waiting thread) has delivered it, never holding links — for a service thread that
-        waits for anyone (an RMA window's), which would otherwise take every link from the program's
-        own waits and make each of them a thread hand-off."""
+    def wait(self, op: Op, timeout: float | None = None) -> None:
+        """Block until `op` completes; raises its error."""
+        if self.next_call.pending:  # (next_call.py)
+            self.next_call.run()
         if not op.done:
-            if read_links:
-                timeout = self._try_held(op, timeout)
+            timeout = self._try_held(op, timeout)
             if not op.done:
-                self.waiter.block(lambda: op.done, (op,), timeout, "wait", read_links)
+                self.waiter.block(lambda: op.done, (op,), timeout, "wait")
         if op.error is not None:
             raise op.error
 
     def wait_any(self, ops: Sequence[Op], timeout: float | None = None) -> int:
         """Index of a completed op (the first in order); blocks until one completes."""
+        if self.next_call.pending:  # (next_call.py)
+            self.next_call.run()
         while True:
             for i, op in enumerate(ops):
                 if op.done:
@@ -226,6 +242,8 @@ class Engine:
 
     def wait_all(self, ops: Iterable[Op], timeout: float | None = None) -> None:
         """Block until every op completes; raises the first error among them."""
+        if self.next_call.pending:  # (next_call.py)
+            self.next_call.run()
         ops = list(ops)
         if not _all_done(ops):
             pending = [op for op in ops if not op.done]
@@ -255,6 +273,8 @@ class Engine:
 
     def blocked_elsewhere(self, what: str) -> AbstractContextManager[float | None]:
         """Around a wait outside the engine (``Waiter.blocked_elsewhere``)."""
+        if self.next_call.pending:  # (next_call.py)
+            self.next_call.run()
         return self.waiter.blocked_elsewhere(what)
 
     def timed_out_elsewhere(self, what: str) -> TransportError:
@@ -315,34 +335,6 @@ class Engine:
     def relay_send(self, kind: RelayKind, body: dict[str, Any], flush_timeout: float = 2.0) -> None:
         """A control frame to the relay (thread-safe); written at once if the progress thread is gone."""
         self._relayed.relay_send(kind, body, flush_timeout)
-
-    # ================================================================ statistics
-    def link_summary(self) -> dict[str, int]:
-        with self.core.lock:
-            states = [p.state for p in self.core.peers.values()]
-        return {s.name.lower(): states.count(s) for s in PeerState if states.count(s)}
-
-    def looked_up(self) -> list[int]:
-        """The peers whose records this rank looked up through the rendezvous (only those it linked to)."""
-        return self._linker.directory.looked_up()
-
-    def traffic(self) -> dict[str, int]:
-        """Bytes this rank sent and received over TCP links and the relay connection (and over the relay alone), so far."""
-        with self.core.lock:
-            links = self.core.links()
-        sent = sum(link.bytes_out for link in links)
-        received = sum(link.bytes_in for link in links)
-        relay = self.core.relay
-        relay_sent = relay.bytes_out if relay is not None else 0
-        relay_received = relay.bytes_in if relay is not None else 0
-        # (the relay's share apart: a relay host bills its data transfer, links between functions do not)
-        return {"sent": sent + relay_sent, "received": received + relay_received,
-                "relay_sent": relay_sent, "relay_received": relay_received}
-
-    def link_stats(self) -> list[dict[str, Any]]:
-        """One entry per peer a link was made to: kind, set-up seconds, failovers."""
-        with self.core.lock:
-            return [p.stats() for p in sorted(self.core.peers.values(), key=lambda p: p.rank) if p.kind is not None]
 
     # ================================================================ stopping
     def close(self, timeout: float = 30.0) -> None:

@@ -100,6 +100,10 @@ class Matcher(Generic[P, M]):
     def add_unexpected(self, msg: M) -> None:
         self._unexpected[msg.context].append(msg)
 
+    def take_all_unexpected(self, context: int) -> list[M]:
+        """Remove and return every arrived message of `context`, in order (an inbox takes them over)."""
+        return self._unexpected.pop(context, [])
+
     # -- failure handling -----------------------------------------------------
     def take_posted_where(self, predicate) -> list[P]:
         """Remove and return every posted receive for which predicate(recv) holds."""

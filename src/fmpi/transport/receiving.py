@@ -24,6 +24,7 @@ from .core import Core
 from .requests import Arrived
 from .sending import Sender
 from .flow import MESSAGE_COST
+from .inbox import InboxRecv
 from .stream import Stream
 
 # Frames at least this large that their sender waits on are acknowledged the
@@ -97,11 +98,17 @@ class Receiver:
             self._sender.after_write(stream.send_ack(), [])
         if flags & Flag.RNDV:
             with core.lock:
-                core.deliver_payload(rank, context, tag, n, payload)
+                done = core.deliver_payload(rank, context, tag, n, payload)
+            if done.__class__ is InboxRecv:
+                done.inbox.run()  # type: ignore[union-attr]
             return
+        inbox = None
         with core.lock:
             recv = core.matcher.take_posted(context, rank, tag)
-            if recv is None:
+            if recv is None and core.inboxes and (inbox := core.inboxes.get(context)) is not None:
+                inbox.put(rank, tag, bytearray(payload))  # (served below, in this thread: inbox.py)
+                credit = stream.credit.consume(n + MESSAGE_COST)
+            elif recv is None:
                 sync = seq if flags & Flag.SYNC else None
                 cost = n + MESSAGE_COST
                 if flags & Flag.LANE:  # it waits in the lane for its receive: no copy now (``LaneReader.hold``)
@@ -112,12 +119,15 @@ class Receiver:
                 core.matcher.add_unexpected(msg)
                 core.wake.notify_locked()  # a probe may be waiting
                 return
-            core.fill(recv, rank, tag, payload if recv.buffer is not None else bytearray(payload))
-            credit = stream.credit.consume(n + MESSAGE_COST)
+            else:
+                core.fill(recv, rank, tag, payload if recv.buffer is not None else bytearray(payload))
+                credit = stream.credit.consume(n + MESSAGE_COST)
         if flags & Flag.SYNC:
             self._sender.matched_sync(rank, seq)
         if credit:
             self._sender.control(rank, Kind.CREDIT, credit)
+        if inbox is not None:
+            inbox.run()
 
     def frame_finished(self, source: FrameAssembler, header: Header, payload: memoryview | None) -> None:
         if source.retired:
@@ -173,11 +183,16 @@ class Receiver:
         core = self._core
         sync_seq = header.seq if header.flags & Flag.SYNC else None
         cost = header.nbytes + MESSAGE_COST
+        if header.flags & Flag.RNDV:
+            with core.lock:
+                core.inflight.pop(rank, None)
+                done = core.deliver_payload(rank, header.context, header.tag, header.nbytes, None)
+            if done.__class__ is InboxRecv:
+                done.inbox.run()  # type: ignore[union-attr]
+            return
+        inbox = None
         with core.lock:
             recv, dest = core.inflight.pop(rank, (None, bytearray()))
-            if header.flags & Flag.RNDV:
-                core.deliver_payload(rank, header.context, header.tag, header.nbytes, None)
-                return
             if recv is not None:  # (matched when its header came: ``frame_started`` answered a SYNC then)
                 sync_seq = None
                 if recv.buffer is not None and header.nbytes <= len(recv.buffer):
@@ -186,15 +201,20 @@ class Receiver:
                     core.fill(recv, rank, header.tag, dest)
             else:
                 recv = core.matcher.take_posted(header.context, rank, header.tag)
-                if recv is None:
+                if recv is None and core.inboxes and (inbox := core.inboxes.get(header.context)) is not None:
+                    inbox.put(rank, header.tag, dest)
+                elif recv is None:
                     core.matcher.add_unexpected(Arrived(header.context, rank, header.tag, dest, sync_seq, None, 0, cost))
                     core.wake.notify_locked()  # a probe may be waiting
                     return
-                core.fill(recv, rank, header.tag, dest)
+                else:
+                    core.fill(recv, rank, header.tag, dest)
             credit = core.peers[rank].stream.credit.consume(cost)
         self._sender.matched_sync(rank, sync_seq)
         if credit:
             self._sender.control(rank, Kind.CREDIT, credit)
+        if inbox is not None:
+            inbox.run()
 
     def _announced(self, rank: int, header: Header) -> None:
         """An RTS: a matching receive waits for the payload, which the CTS asks for; else the announcement
@@ -202,6 +222,10 @@ class Receiver:
         core = self._core
         with core.lock:
             recv = core.matcher.take_posted(header.context, rank, header.tag)
+            if recv is None and core.inboxes and (inbox := core.inboxes.get(header.context)) is not None:
+                recv = InboxRecv(header.context, rank, header.tag, None)  # (its place in the queue: inbox.py)
+                recv.inbox = inbox
+                inbox.put(rank, header.tag, recv)
             if recv is None:
                 core.matcher.add_unexpected(
                     Arrived(header.context, rank, header.tag, None, None, announced=header.seq, nbytes=header.nbytes)

@@ -109,13 +109,18 @@ class Sender:
             payload[pos : pos + len(p)] = p
             pos += len(p)
         core = self._core
+        inbox = None
         with core.lock:
             recv = core.matcher.take_posted(context, core.rank, tag)
             if recv is not None:
                 core.fill(recv, core.rank, tag, payload)
+            elif core.inboxes and (inbox := core.inboxes.get(context)) is not None:
+                inbox.put(core.rank, tag, payload)  # (served below, in this thread: inbox.py)
             else:
                 # A synchronous self-send completes when a receive matches it.
                 core.matcher.add_unexpected(Arrived(context, core.rank, tag, payload, op if op.sync else None))
                 if op.sync:
                     return
             core.complete_locked(op)
+        if inbox is not None:
+            inbox.run()

@@ -68,9 +68,7 @@ class Waiter:
         self.spin = SpinBudget(core.options.spin, core.options.spin_yield)  # how long a wait polls before it sleeps
 
     # ------------------------------------------------------------ blocking
-    def block(
-        self, ready: Callable[[], bool], ops: Sequence[Op], timeout: float | None, what: str, read_links: bool = True
-    ) -> None:
+    def block(self, ready: Callable[[], bool], ops: Sequence[Op], timeout: float | None, what: str) -> None:
         """Return once ready() holds; raises ERR_TIMEOUT after `timeout` (else FMPI_TIMEOUT) and the engine's fatal error."""
         core = self._core
         hang_check = timeout is None and core.options.op_timeout is not None
@@ -79,7 +77,7 @@ class Waiter:
         deadline = None if timeout is None else time.monotonic() + timeout
         ident = self.waits.enter(ops) if hang_check else 0  # (only FMPI_TIMEOUT jobs are ever asked)
         try:
-            links = self._take_links(ops) if read_links else ()
+            links = self._take_links(ops)
             if not links:
                 with core.lock:
                     while not ready():
