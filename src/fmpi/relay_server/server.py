@@ -303,16 +303,7 @@ class RelayServer(JobLifecycle, DsoServing):
                 what = {"unknown": "is not a member of this job", "finished": "has finalized", "lost": "is gone"}[reason]
                 role.conn.send(Kind.UNDELIVERABLE, {"rank": dest, "reason": reason, "message": f"rank {dest} {what}"})
             return
-        conn = target.conn
-        conn.forward(role.rank, chunk)
-        if conn.backlog() > self.forward_high_water:
-            try:
-                await asyncio.wait_for(conn.writer.drain(), self.forward_stall_timeout)
-            except asyncio.TimeoutError:
-                log.warning("job %s: rank %d does not read its relayed frames; dropping it", job.id, dest)
-                conn.writer.transport.abort()
-            except (ConnectionError, OSError):
-                pass
+        await self._deliver(job, dest, target.conn, role.rank, chunk)
 
 
 class RelayThread:

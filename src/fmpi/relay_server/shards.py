@@ -355,8 +355,12 @@ class ShardRelaying:
         assert target is not None
         if target.away_since is not None or source in target.resync_from or target.conn.writer.is_closing():
             return  # (its stream broke with a connection and starts over: reconnect.py)
-        conn = target.conn
-        conn.forward(source, memoryview(payload)[SHARD_FORWARD_RANKS.size :])
+        await self._deliver(job, dest, target.conn, source, memoryview(payload)[SHARD_FORWARD_RANKS.size :])
+
+    async def _deliver(self, job: Job, dest: int, conn: Any, source: int, chunk: memoryview) -> None:
+        """Hand `source`'s chunk to rank `dest`, connected here on `conn`; past the high-water mark wait for it to
+        read (a rank that does not, within forward_stall_timeout, is dropped: it must not hold the relay's memory)."""
+        conn.forward(source, chunk)
         if conn.backlog() > self.forward_high_water:
             try:
                 await asyncio.wait_for(conn.writer.drain(), self.forward_stall_timeout)
