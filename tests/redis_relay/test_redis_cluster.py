@@ -100,6 +100,23 @@ def test_connect_lands_on_the_node_serving_the_job(redis_cluster, which):
         bound.close()
 
 
+def test_a_bound_connection_to_the_slots_own_master_stays_open(redis_cluster):
+    """A rank's registration connection through the URL of the very master that serves its job: the connection that
+    found out is the one kept, seen from the rank's port (the other nodes' case is the test above)."""
+    cluster = redis_cluster
+    port = cluster.ports[0]
+    job = next(f"jhome{i}" for i in range(1000) if cluster.owner(f"fmpi:{{jhome{i}}}:meta") == port)
+    shared = free_port()
+    for _ in range(2):  # (the second: a process whose first client for the job already found the node)
+        bound = connect(cluster.url(port), source=("127.0.0.1", shared), job=job)
+        try:
+            assert bound.client_info()["addr"] == f"127.0.0.1:{shared}"
+            assert bound.connection_pool.connection_kwargs["port"] == port
+        finally:
+            bound.close()
+        shared = free_port()
+
+
 def test_rendezvous_through_a_node_that_does_not_own_the_job(redis_cluster):
     cluster = redis_cluster
     job = job_on_another_node(cluster, cluster.spare)

@@ -204,7 +204,10 @@ def connect(url: str, timeout: float = 10.0, source: tuple[str, int] | None = No
             client.close()
             raise
         _job_nodes[(url, job)] = known
-        if not known[1]:
+        # (a bound client already on the slot's master is kept: connecting again from the same port to the same
+        # server can fail while the first connection's address pair waits out TIME_WAIT, "Cannot assign requested
+        # address": seen in CI, 4 ranks whose URL named their job's master)
+        if not known[1] or (source is not None and known[0] == url):
             return client
         client.close()
     node, clustered = known
