@@ -13,7 +13,7 @@ Writes go through Lua scripts that first check the job still exists (its
 ``meta`` key): a rank that outlives the launcher's cleanup must not bring
 keys back to life. Every key written gets the job TTL in the same script.
 Every value written is sealed with the job's key (``redis_seal.py``); the
-reader (``redis_bridge.py``) opens what it pops and refuses what is not ours.
+reader (the rank's ``redis_line.py``) opens what it pops and refuses what is not ours.
 Reads are blocking pops on the rank's inbox and mailbox together (inbox
 first, so an abort overtakes queued data); after a pop, what else is queued
 is taken in one MULTI (LRANGE + LTRIM: this rank is the list's only reader).
