@@ -31,6 +31,7 @@ SERIAL_MODULES = {
     "tests/lambda/test_lambda_local_network.py": "the emulator's one bridge (fmpill0) and its addresses",
     "tests/lambda/test_lambda_launch_rate.py": "the fan-out's waves checked to tenths of a second",
     "tests/lambda/test_lambda_spares.py": "a job that must end before a straggler 20 s late starts",
+    "tests/lambda/test_lambda_checkpoint.py": "each launch must pass a checkpoint within a 10 s function timeout",
     "tests/launcher/test_connect_deadlines.py": "connect deadlines checked to the second",
     "tests/util/test_retry.py": "retry pacing checked to tenths of a second",
     "tests/transport/test_link_strangers.py": "link set-up behind 100 strangers within half a second of alone",

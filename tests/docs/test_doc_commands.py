@@ -51,6 +51,7 @@ def test_doc_command_runs(label, command):
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # (the one long block runs test_lambda_checkpoint.py, whose launches race a 10 s function timeout)
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("label, command", _blocks("long"), ids=[label for label, _ in _blocks("long")])
 def test_long_doc_command_runs(label, command):
