@@ -244,8 +244,8 @@ def _supervise(job: Job, procs: list[subprocess.Popen]) -> Outcome:
     seen: set[int] = set()
     with wake:
         while True:
-            # (Exits are looked at before the loop can end: the last ones may arrive together.)
-            for rank in sorted(set(exited) - seen):
+            # (Exits are looked at before the loop can end: the last ones may arrive together; in arrival order.)
+            for rank in [r for r in exited if r not in seen]:
                 seen.add(rank)
                 code = exited[rank]
                 if code != 0 and failure is None:
@@ -294,7 +294,7 @@ def _supervise(job: Job, procs: list[subprocess.Popen]) -> Outcome:
         else:
             failure.message = _describe_exit(failed_rank, exited[failed_rank])
     if failure is not None:
-        failure = _root_cause(failure, job, exited, signalled)
+        failure = _root_cause(failure, failed_rank, job, exited, signalled)
     return failure or Outcome(0)
 
 
@@ -303,7 +303,7 @@ def _finalized_mid_job(job: Job) -> set[int]:
     return {a.cause["finalized"] for a in job.state.aborts if a.cause and "finalized" in a.cause}
 
 
-def _root_cause(failure: Outcome, job: Job, exited: dict[int, int], signalled: set[int]) -> Outcome:
+def _root_cause(failure: Outcome, failed_rank: int, job: Job, exited: dict[int, int], signalled: set[int]) -> Outcome:
     """Name the rank that died rather than the peer that noticed it first.
 
     A rank killed by a signal or ended by ``os._exit`` leaves no reason of
@@ -313,7 +313,16 @@ def _root_cause(failure: Outcome, job: Job, exited: dict[int, int], signalled: s
     its way out, and a peer blocked on it fails with "rank D has finalized".
     When D's process ended abnormally without fmpirun stopping it (and D did
     not abort; a lost D did not finalize either), D's exit is the cause.
+    A failure that is itself a consequence of the job's abort (a rank's abort
+    over "job aborted", or that rank's exit) yields to a rank that died on its
+    own, whichever fmpirun saw first.
     """
+    consequences = [a for a in job.state.aborts if a.rank is not None and (a.cause or {}).get("aborted")]
+    if failed_rank in {a.rank for a in consequences} or any(failure.message == str(a) for a in consequences):
+        for rank, code in exited.items():  # (in the order they exited)
+            if code != 0 and rank not in signalled and all(a.rank != rank for a in consequences):
+                return Outcome(_exit_status(code), _describe_exit(rank, code))
+        return failure
     abort = job.state.rank_abort()
     if abort is None or failure.message != str(abort):
         return failure
