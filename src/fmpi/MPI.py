@@ -7,7 +7,10 @@ gives editors and type checkers the same names with their types.
 
 # ruff: noqa: F401 - this module re-exports
 
-from .api import runtime as _runtime
+from .api.runtime import state as _state  # (names, not the module: mpi4py's test_doc walks modules it finds here)
+from .api.runtime import finalize as _finalize, initialize as _initialize, processor_name as _processor_name
+from .api.runtime import set_abort_status as _set_abort_status  # (mpi4py's helper for mpi4py.run and futures)
+from .api.runtime import wtick as _wtick, wtime as _wtime
 from .api.absent import (
     DISP_CUR, DISPLACEMENT_CURRENT, FILE_NULL, MAX_DATAREP_STRING, MAX_PORT_NAME, MODE_APPEND, MODE_CREATE,
     MODE_DELETE_ON_CLOSE, MODE_EXCL, MODE_RDONLY, MODE_RDWR, MODE_SEQUENTIAL, MODE_UNIQUE_OPEN, MODE_WRONLY,
@@ -102,18 +105,18 @@ from .api.type_constants import (
     TYPECLASS_REAL,
 )
 
-_runtime.initialize()
+_initialize()
 
-COMM_WORLD: Intracomm = _runtime.state.world
-COMM_SELF: Intracomm = _runtime.state.self_comm
+COMM_WORLD: Intracomm = _state.world
+COMM_SELF: Intracomm = _state.self_comm
 
 
 def Init() -> None:
-    _runtime.initialize()
+    _initialize()
 
 
 def Init_thread(required: int = 3) -> int:
-    _runtime.initialize()
+    _initialize()
     return 3  # THREAD_MULTIPLE: the transport is thread-safe
 
 
@@ -128,27 +131,27 @@ def Is_thread_main() -> bool:
 
 
 def Finalize() -> None:
-    _runtime.finalize()
+    _finalize()
 
 
 def Is_initialized() -> bool:
-    return _runtime.state.initialized
+    return _state.initialized
 
 
 def Is_finalized() -> bool:
-    return _runtime.state.finalized
+    return _state.finalized
 
 
 def Wtime() -> float:
-    return _runtime.wtime()
+    return _wtime()
 
 
 def Wtick() -> float:
-    return _runtime.wtick()
+    return _wtick()
 
 
 def Get_processor_name() -> str:
-    return _runtime.processor_name()
+    return _processor_name()
 
 
 def Get_version() -> tuple[int, int]:
@@ -196,8 +199,3 @@ def Get_hw_resource_info() -> "Info":
 
 def Abort(errorcode: int = 0) -> None:
     COMM_WORLD.Abort(errorcode)
-
-
-def _set_abort_status(status: int) -> None:
-    """mpi4py's helper for mpi4py.run and mpi4py.futures: abort the job with `status` at exit (0: do not)."""
-    _runtime.set_abort_status(status)

@@ -6,7 +6,8 @@ same class (``Comm.fromhandle`` to the communicator's own class: Cartcomm, Intra
 objects take weak references and are unhashable (the registry of handles, api/handles.py, goes by id);
 ``free()`` leaves null and predefined objects alone and makes another handle on a predefined one null;
 predefined objects unpickle to themselves, a user operation to a new one on its function, and a copy of a
-handle of a subclass is of that subclass. Compared with MPICH + mpi4py, except the handle numbers
+handle of a subclass is of that subclass; BOTTOM, IN_PLACE and BUFFER_AUTOMATIC are MPICH's addresses as ints
+(not a buffer: a Python class cannot export one whose ``memoryview(...).obj`` is None, as mpi4py's does). Compared with MPICH + mpi4py, except the handle numbers
 themselves (MPICH's are its own).
 """
 
@@ -90,6 +91,15 @@ for obj in nulls + [MPI.INT, MPI.INFO_ENV, MPI.SUM, MPI.GROUP_EMPTY, MPI.ERRORS_
     globals()[sub.__name__] = sub
     dup = copy.deepcopy(sub(obj))
     out.append((name, "subclass copy", type(dup).__name__, dup == obj))
+for const in (MPI.BOTTOM, MPI.IN_PLACE, MPI.BUFFER_AUTOMATIC):  # address constants: ints that do no arithmetic
+    try:
+        const + 1
+        added = "added"
+    except TypeError:
+        added = "TypeError"
+    out.append((repr(const), int(const), const == int(const), hash(const) == hash(int(const)), bool(const),
+                type(const)() == const, pickle.loads(pickle.dumps(const)) is const, const != None, added))
+out.append(("Get_address(BOTTOM)", MPI.Get_address(MPI.BOTTOM) == MPI.BOTTOM, MPI.BOTTOM == MPI.IN_PLACE))
 live["win"].Free()
 os.write(1, "".join(f"{comm.rank} {item!r}\n" for item in out).encode())
 """

@@ -43,12 +43,55 @@ class Sentinel:
         return self._name
 
 
-class InPlaceType(Sentinel):
+class AddressConstant(Sentinel):
+    """A named singleton that stands for an address, as mpi4py's: ``int()`` is MPICH's value for it, it equals
+    (and hashes as) that int, ``type(c)()`` gives it back, and it does no arithmetic."""
+
+    __slots__ = ()
+    _value = 0
+    _instance = None
+
+    def __new__(cls, name: "str | None" = None) -> "AddressConstant":
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __init__(self, name: "str | None" = None) -> None:
+        if name is not None:
+            self._name = name
+
+    def __int__(self) -> int:
+        return self._value
+
+    __index__ = __int__
+
+    def __bool__(self) -> bool:
+        return bool(self._value)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, AddressConstant):
+            return other is self
+        return isinstance(other, int) and other == self._value
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+class InPlaceType(AddressConstant):
     """The type of IN_PLACE, as mpi4py names it."""
 
+    _value = -1  # MPICH's (void *) -1
+    _instance = None
 
-class BottomType(Sentinel):
+
+class BottomType(AddressConstant):
     """The type of BOTTOM, as mpi4py names it."""
+
+    _value = 0
+    _instance = None
 
 
 IN_PLACE = InPlaceType("IN_PLACE")

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from . import exceptions as err
-from .constants import Sentinel
+from .constants import AddressConstant
 from .dlpack import address_view
 from .request import Request
 
@@ -206,8 +206,11 @@ BSEND_OVERHEAD = 96  # MPICH's value, which programs add to the size they attach
 _attached: list[object] = []
 
 
-class BufferAutomaticType(Sentinel):
+class BufferAutomaticType(AddressConstant):
     """The type of BUFFER_AUTOMATIC (MPI 4.1: the library buffers sends itself), as mpi4py names it."""
+
+    _value = -2  # MPICH's (void *) -2
+    _instance = None
 
 
 BUFFER_AUTOMATIC = BufferAutomaticType("BUFFER_AUTOMATIC")

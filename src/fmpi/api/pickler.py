@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..wire import pickle_oob
+from .memory import buffer
 
 THRESHOLD = 256 * 1024  # mpi4py's default: buffers from this size travel out of band
 
@@ -30,15 +31,30 @@ class Pickle:
         self._default = dumps is None and loads is None and protocol in (None, -1, _pickle.HIGHEST_PROTOCOL)
         self._dumps = _pickle.dumps if dumps is None else dumps
         self._loads = _pickle.loads if loads is None else loads
-        # As mpi4py: with a dumps of one's own and no protocol, dumps(obj) is called without one.
-        if protocol is None:
-            protocol = _pickle.HIGHEST_PROTOCOL if dumps is None else None
-        elif protocol < 0:
-            protocol = _pickle.HIGHEST_PROTOCOL
         self.PROTOCOL = protocol
-        self.THRESHOLD = THRESHOLD if threshold is None else threshold
+        self.THRESHOLD = threshold
         if self is globals().get("pickle"):
             pickle_oob.set_codec(None if self._default else self)
+
+    @property
+    def PROTOCOL(self) -> int | None:
+        return self._protocol
+
+    @PROTOCOL.setter
+    def PROTOCOL(self, protocol: int | None) -> None:
+        # As mpi4py: None is the highest protocol, or, with a dumps of one's own, none at all (dumps(obj) is
+        # called without one); other values are kept as given (pickle reads a negative one as the highest).
+        if protocol is None and self._dumps is _pickle.dumps:
+            protocol = _pickle.HIGHEST_PROTOCOL
+        self._protocol = protocol
+
+    @property
+    def THRESHOLD(self) -> int:
+        return self._threshold
+
+    @THRESHOLD.setter
+    def THRESHOLD(self, threshold: int | None) -> None:
+        self._threshold = THRESHOLD if threshold is None else int(threshold)
 
     def dumps(self, obj: Any) -> bytes:
         return self._dumps(obj) if self.PROTOCOL is None else self._dumps(obj, self.PROTOCOL)
@@ -46,17 +62,23 @@ class Pickle:
     def loads(self, data: Any) -> Any:
         return self._loads(data)
 
-    def dumps_oob(self, obj: Any) -> tuple[bytes, list[memoryview]]:
-        buffers: list[memoryview] = []
-        if self.PROTOCOL is not None and self.PROTOCOL >= 5:
-            def out_of_band(buf: _pickle.PickleBuffer) -> bool:
-                if buf.raw().nbytes < self.THRESHOLD:
-                    return True
-                buffers.append(buf.raw())
-                return False
+    def dumps_oob(self, obj: Any) -> tuple[bytes, list[buffer]]:
+        """Pickle `obj` with protocol 5 (out-of-band buffers need it, whatever PROTOCOL says, as in mpi4py);
+        each buffer of THRESHOLD bytes or more is left out of the stream and returned as an ``MPI.buffer``
+        on its memory, not a copy."""
+        buffers: list[buffer] = []
 
-            return self._dumps(obj, self.PROTOCOL, buffer_callback=out_of_band), buffers
-        return self.dumps(obj), buffers
+        def out_of_band(buf: _pickle.PickleBuffer) -> bool:
+            raw = buf.raw()
+            if raw.nbytes < self.THRESHOLD:
+                return True
+            made = buffer.frombuffer(raw)
+            made._owner = raw.obj
+            buffers.append(made)
+            return False
+
+        protocol = self.PROTOCOL if self.PROTOCOL is not None and self.PROTOCOL >= 5 else 5
+        return self._dumps(obj, protocol, buffer_callback=out_of_band), buffers
 
     def loads_oob(self, data: Any, buffers: Iterable[Any]) -> Any:
         return self._loads(data, buffers=list(buffers))
