@@ -47,8 +47,15 @@ def _target_spec(target: Any, count: int, datatype: Datatype) -> tuple[int, int,
     return disp, tcount, items[2] if len(items) > 2 else datatype
 
 
-def _bytes(view: memoryview) -> np.ndarray:
-    """The bytes of a message as an array: pickled out of band (never copied into the pickle)."""
+#: Up to this many bytes a request carries its data as bytes: copying them costs less than pickling an array
+#: (numpy's reduce and rebuild: ~30 µs a request, most of a small Put's cost; benchmarks/rma/rma_latency.py).
+SMALL_DATA = 16 * 1024
+
+
+def _bytes(view: memoryview) -> bytes | np.ndarray:
+    """The bytes of a message: a copy when small, else an array pickled out of band (not copied into the pickle)."""
+    if view.nbytes <= SMALL_DATA:
+        return view.tobytes()
     return np.frombuffer(view, dtype=np.uint8)
 
 
