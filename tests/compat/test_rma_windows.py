@@ -348,3 +348,51 @@ def test_large_requests_and_answers_keep_their_order(program, fmpi, mpich, eager
     ref = mpich(3, path)
     assert ref.returncode == 0, ref.stderr[-3000:]
     assert mine.sorted_lines() == ref.sorted_lines()
+
+
+FENCE_EPOCHS = r"""
+import time
+import numpy as np
+from mpi4py import MPI
+
+comm = MPI.COMM_WORLD
+rank, size = comm.Get_rank(), comm.Get_size()
+mem = np.zeros(size, dtype="i8")
+win = MPI.Win.Create(mem, disp_unit=8, comm=comm)
+big = np.zeros(200_000, dtype="i8")  # (1.6 MB: announced, its payload follows the target's CTS)
+bigwin = MPI.Win.Create(big, disp_unit=8, comm=comm)
+ones = [np.array([e], dtype="i8") for e in range(41)]  # (origin buffers live until the fence)
+win.Fence()
+bigwin.Fence()
+for epoch in range(1, 41):
+    for target in range(size):
+        for _ in range(epoch % 4 + 1):  # several accumulates per target, some to itself
+            win.Accumulate(ones[epoch], target, target=rank, op=MPI.SUM)
+    if rank == epoch % size:
+        time.sleep(0.01)  # (a late origin: its requests come after the others' next epoch has begun)
+        origin = np.full(len(big), epoch, dtype="i8")  # (kept until the fence: MPICH reads it as late as that)
+        bigwin.Put(origin, (rank + 1) % size)
+    win.Fence()
+    bigwin.Fence()
+    # Every origin's additions of the epoch are in this rank's memory when its Fence returns.
+    want = sum(e * (e % 4 + 1) for e in range(1, epoch + 1))
+    assert mem.tolist() == [want] * size, (rank, epoch, mem.tolist(), want)
+    if rank == (epoch % size + 1) % size:
+        assert big.min() == big.max() == epoch, (rank, epoch, big.min(), big.max())
+    # (A fence is collective, not a barrier: no origin starts the next epoch before this rank enters this one.)
+    win.Fence(MPI.MODE_NOPRECEDE if epoch % 2 else 0)
+    bigwin.Fence()
+win.Free()
+bigwin.Free()
+print(rank, "fenced", mem.tolist())
+"""
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_a_fence_returns_with_every_origins_operations_of_its_epoch_applied(as_under_mpich, n):
+    """Fences go by counts (api/win_fence.py): one Reduce_scatter_block tells each target how many puts and
+    accumulates to wait for, and the next epoch's requests, which may arrive while a target still waits,
+    are counted apart. Each rank checks its own memory after every closing fence, with a late origin per
+    epoch."""
+    mine = as_under_mpich(FENCE_EPOCHS, n)
+    assert len(mine.lines()) == n

@@ -46,6 +46,13 @@ from .rma_constants import LOCK_EXCLUSIVE
 PUT, GET, ACC, GET_ACC, CAS, LOCK, UNLOCK, FLUSH = range(1, 9)
 # The reply tag of a request nobody waits for (a lazy LOCK: its origin goes on at once).
 NO_ANSWER = 0
+# A request's tag is its kind and the origin's fence epoch (win_fence): kind | epoch << KIND_BITS.
+KIND_BITS = 4
+EPOCHS = 1 << 20  # epochs are counted modulo this (tags stay within MPI's 29 bits)
+
+
+def request_tag(kind: int, epoch: int) -> int:
+    return kind | (epoch % EPOCHS) << KIND_BITS
 
 # Where a displacement lands: (the memory, the byte offset in it) — or a ValueError.
 Locate = Callable[[int], tuple[memoryview, int]]
@@ -67,6 +74,8 @@ class TargetService:
         self._errors: dict[int, str] = {}  # origin -> the first error of its operations since its last flush
         self._held: dict[int, list[tuple[int, tuple]]] = {}  # origin whose lock waits -> its requests since, in order
         self._mutex = threading.Lock()  # one operation at a time: a reader's, or the own rank's (``local``)
+        self._applied: dict[int, int] = {}  # fence epoch -> PUTs and ACCs of origins applied in it (win_fence)
+        self._awaited: tuple[int, int, int] | None = None  # (epoch, count, tag): the own Fence waits for them
         self._engine = requests._engine
         # The engine's reader threads serve the requests (transport/inbox.py); held until ``release``.
         self._inbox = self._engine.inboxes.open(requests._ctx, self._serve)
@@ -81,11 +90,30 @@ class TargetService:
         self._engine.inboxes.close(self._requests._ctx)
 
     # ------------------------------------------------------------------ requests
-    def _serve(self, source: int, kind: int, payload: Any) -> None:
+    def _serve(self, source: int, tag: int, payload: Any) -> None:
         """One request, in the thread that read it (transport/inbox.py: never blocks)."""
         args = serialize.loads(payload)
         with self._mutex:
-            self._handle(self._requests._comm_rank(source), kind, args)
+            self._handle(self._requests._comm_rank(source), tag & ((1 << KIND_BITS) - 1), args, tag >> KIND_BITS)
+
+    def reached(self, epoch: int, count: int, tag: int) -> bool:
+        """Whether `count` PUTs and ACCs of `epoch` are applied; if not, this rank gets a message (``replies``,
+        `tag`) when the last one is. The epoch's count is then forgotten (its fence is over)."""
+        epoch %= EPOCHS
+        with self._mutex:
+            if self._applied.get(epoch, 0) >= count:
+                self._applied.pop(epoch, None)
+                return True
+            self._awaited = (epoch, count, tag)
+            return False
+
+    def _count(self, epoch: int) -> None:
+        """A PUT or an ACC of `epoch` is applied (mutex held)."""
+        self._applied[epoch] = done = self._applied.get(epoch, 0) + 1
+        if self._awaited is not None and self._awaited[:2] == (epoch, done):
+            self._applied.pop(epoch)
+            self._answer(self._requests.Get_rank(), self._awaited[2], None)
+            self._awaited = None
 
     def local(self, kind: int, args: tuple) -> Any:
         """An operation of this rank on its own window, applied at once in the calling thread (no request
@@ -96,9 +124,9 @@ class TargetService:
             except RmaError as exc:
                 raise ValueError(str(exc)) from None
 
-    def _handle(self, origin: int, kind: int, args: tuple) -> None:
+    def _handle(self, origin: int, kind: int, args: tuple, epoch: int) -> None:
         if origin in self._held:
-            self._held[origin].append((kind, args))  # (its lock is not granted yet)
+            self._held[origin].append((kind, args, epoch))  # (its lock is not granted yet)
         elif kind == LOCK:
             lock_type, reply = args
             self._waiting.append((origin, lock_type, reply))
@@ -117,12 +145,13 @@ class TargetService:
             try:
                 result = self._apply(kind, args)
             except (RmaError, ValueError, TypeError) as exc:
+                result = RmaError(str(exc))
                 if reply is None:
                     self._errors.setdefault(origin, str(exc))
-                    return
-                result = RmaError(str(exc))
             if reply is not None:
                 self._answer(origin, reply, result)
+            else:
+                self._count(epoch)
 
     def _answer(self, origin: int, reply: int, value: Any) -> None:
         """Sent, not waited for: this may be the progress thread, which a wait for a large answer's
@@ -144,8 +173,8 @@ class TargetService:
             self._holders[origin] = lock_type
             if reply != NO_ANSWER:
                 self._answer(origin, reply, None)
-            for kind, args in self._held.pop(origin):  # (an UNLOCK among them grants the next ones in turn)
-                self._handle(origin, kind, args)
+            for kind, args, epoch in self._held.pop(origin):  # (an UNLOCK among them grants the next ones in turn)
+                self._handle(origin, kind, args, epoch)
 
     # ------------------------------------------------------------ operations
     def _apply(self, kind: int, args: tuple) -> Any:

@@ -43,10 +43,12 @@ from .rma_constants import (
 from .rma_target import FLUSH, LOCK, NO_ANSWER, UNLOCK, RmaError, TargetService
 from .win_active import ActiveTarget
 from .win_attributes import WinAttributes
+from .win_fence import FenceCounts, counts, fence_by_counts
 from .win_memory import shared_segments, window_memory
 from .win_relay import RelayMemory, wanted
 
 _REPLY_TAGS = 1 << 20  # reply tags cycle through 1..2**20 (one per pending answer is enough)
+_FENCE_TAG = _REPLY_TAGS + 1  # the own service's word to a Fence that waits (win_fence)
 
 
 class _Window:
@@ -60,6 +62,7 @@ class _Window:
         self.size, self.disp_unit, self.flavor = size, disp_unit, flavor
         self.sizes: list[tuple[int, int]] = self.sync.allgather((size, disp_unit))
         self.me = self.sync.Get_rank()
+        self.fence = FenceCounts(len(self.sizes))
         self.attached: list[tuple[int, memoryview]] = []  # dynamic windows: (address, memory)
         self.segments: list[Any] = []  # shared windows: every rank's segment
         self.touched: set[int] = set()  # targets sent operations (or a lock request) not answered since
@@ -228,7 +231,7 @@ class Win(RmaCalls, ActiveTarget, WinAttributes):
         if rank == w.me:
             self._local(kind, args)
             return
-        w.requests.send(args, rank, kind)
+        w.requests.send(args, rank, w.fence.tag(kind, rank))
         w.touched.add(rank)
 
     def _local(self, kind: int, args: tuple) -> Any:
@@ -247,7 +250,7 @@ class Win(RmaCalls, ActiveTarget, WinAttributes):
             return self._local(kind, (*args, 0))
         with w.tag_lock:
             tag = 1 + next(w.tags) % _REPLY_TAGS
-        w.requests.send((*args, tag), rank, kind)
+        w.requests.send((*args, tag), rank, w.fence.tag(kind, rank))
         answer = w.replies.recv(source=rank, tag=tag)
         if isinstance(answer, RmaError):
             raise err.Exception(err.ERR_RMA_RANGE, str(answer))
@@ -275,12 +278,12 @@ class Win(RmaCalls, ActiveTarget, WinAttributes):
             if kind == UNLOCK and rank not in w.touched and rank != w.me and w.flavor != WIN_FLAVOR_DYNAMIC:
                 # Everything sent to it is answered and the lock granted: nothing to wait for, the target
                 # only has to hear the release (before anything this rank sends it later).
-                w.requests.send((NO_ANSWER,), rank, UNLOCK)
+                w.requests.send((NO_ANSWER,), rank, w.fence.tag(UNLOCK, rank))
                 continue
             w.touched.discard(rank)
             with w.tag_lock:
                 tag = 1 + next(w.tags) % _REPLY_TAGS
-            w.requests.send((tag,), rank, kind)
+            w.requests.send((tag,), rank, w.fence.tag(kind, rank))
             asked.append((rank, tag))
         failed = [f"rank {rank}: {answer}" for rank, tag in asked if (answer := w.replies.recv(source=rank, tag=tag))]
         if failed:
@@ -292,9 +295,13 @@ class Win(RmaCalls, ActiveTarget, WinAttributes):
         if w.relay is not None:
             w.relay.fence()
             return
-        if not assertion & MODE_NOPRECEDE:
+        if assertion & MODE_NOPRECEDE:
+            w.sync.Barrier()  # (nothing to complete: only the next epoch's start to agree on)
+        elif counts(w):
+            fence_by_counts(w, _FENCE_TAG)
+        else:
             self._flush(sorted(w.touched))
-        w.sync.Barrier()
+            w.sync.Barrier()
 
     def Lock(self, rank: int, lock_type: int = LOCK_EXCLUSIVE, assertion: int = 0) -> None:
         if rank == PROC_NULL:
@@ -312,7 +319,7 @@ class Win(RmaCalls, ActiveTarget, WinAttributes):
         else:
             # Lazy, as MPI allows and MPICH does: the request goes out and Lock returns; the target holds
             # this rank's later requests until it grants the lock. Lock, Put, Unlock is then one round trip.
-            w.requests.send((lock_type, NO_ANSWER), rank, LOCK)
+            w.requests.send((lock_type, NO_ANSWER), rank, w.fence.tag(LOCK, rank))
             w.touched.add(rank)  # (a Flush waits for the grant, even with no operation since)
         w.locked.add(rank)
 
