@@ -145,3 +145,28 @@ def test_redis_leaves_no_name_behind(redis_server):
     finally:
         other.end()
         client.delete("fmpi:name:garbage")
+
+
+def test_names_on_a_redis_cluster(redis_cluster):
+    """A name is a key of its own (any slot), the job's list of names another: publish, look up from another job,
+    withdraw, and a job's end drops what it left, through the spare node that owns no slot."""
+    url = redis_cluster.url(redis_cluster.spare)
+    server, client = rendezvous.job_control(url), rendezvous.job_control(url)
+    server.create("names-cluster-a", TOKEN, 1, 60.0, Quiet())
+    client.create("names-cluster-b", TOKEN, 1, 60.0, Quiet())
+    try:
+        mine = rendezvous.names(url, "names-cluster-a", TOKEN)
+        theirs = rendezvous.names(url, "names-cluster-b", TOKEN)
+        names = [f"cluster-{i}" for i in range(8)]  # (spread over the masters' slots)
+        for name in names:
+            mine.publish(name, f"port-{name}")
+        assert len({redis_cluster.owner(f"fmpi:name:{n}") for n in names}) > 1
+        assert [theirs.lookup(n) for n in names] == [f"port-{n}" for n in names]
+        assert code(lambda: theirs.publish(names[0], "p")) == "name_taken"
+        assert code(lambda: theirs.unpublish(names[0], "p")) == "name_port"
+        theirs.unpublish(names[0], f"port-{names[0]}")
+        server.end()
+        assert all(code(lambda n=n: theirs.lookup(n)) == "name_unknown" for n in names)
+    finally:
+        server.end()
+        client.end()
