@@ -14,8 +14,7 @@ from .api.runtime import wtick as _wtick, wtime as _wtime
 from .api.absent import (
     DISP_CUR, DISPLACEMENT_CURRENT, FILE_NULL, MAX_DATAREP_STRING, MAX_PORT_NAME, MODE_APPEND, MODE_CREATE,
     MODE_DELETE_ON_CLOSE, MODE_EXCL, MODE_RDONLY, MODE_RDWR, MODE_SEQUENTIAL, MODE_UNIQUE_OPEN, MODE_WRONLY,
-    SEEK_CUR, SEEK_END, SEEK_SET, SESSION_NULL, File, Lookup_name, Publish_name,
-    Register_datarep, Session, Unpublish_name,
+    SEEK_CUR, SEEK_END, SEEK_SET, SESSION_NULL, File, Register_datarep, Session,
 )
 from .api.comm import COMM_NULL, Comm
 from .api.constants import (
@@ -189,6 +188,27 @@ def Close_port(port_name: str) -> None:
     from .api.ports import close_port
 
     close_port(port_name)
+
+
+def Publish_name(service_name: str, port_name: str, info: "Info | None" = None) -> None:
+    """Publish `port_name` under `service_name` at the relay of this job (see ``api/names.py``); `info` is ignored."""
+    from .api.names import publish_name
+
+    publish_name(service_name, port_name, info)
+
+
+def Unpublish_name(service_name: str, port_name: str, info: "Info | None" = None) -> None:
+    """Withdraw `service_name`, published with `port_name`; `info` is ignored."""
+    from .api.names import unpublish_name
+
+    unpublish_name(service_name, port_name, info)
+
+
+def Lookup_name(service_name: str, info: "Info | None" = None) -> str:
+    """The port name published under `service_name` at the relay of this job; `info` is ignored."""
+    from .api.names import lookup_name
+
+    return lookup_name(service_name, info)
 
 
 def Get_hw_resource_info() -> "Info":

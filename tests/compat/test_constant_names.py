@@ -1,7 +1,7 @@
 """The constants and names of mpi4py that fmpi had not (issue 26): every MPI error class, the
 MPI-IO/RMA modes and kinds, the Fortran status indices, the string bounds, the topology kinds,
-``BUFFER_AUTOMATIC``/``Iflush_buffer``, the sentinels' types, and the port/name-service calls (absent:
-NotImplementedError) — with MPICH's values, under fmpirun as under mpiexec.
+``BUFFER_AUTOMATIC``/``Iflush_buffer``, the sentinels' types, and the port/name-service calls (present:
+a name service at the relay) — with MPICH's values, under fmpirun as under mpiexec.
 """
 
 import pytest
@@ -36,17 +36,19 @@ def test_constants_match_mpich(program, fmpi, mpich):
     assert len(ref.lines()) == 4
 
 
-def test_name_publishing_is_absent(program, fmpi):
-    """MPICH has a name service; fmpi has none (ports: tests/compat/test_ports.py), and says so as mpi4py
-    does over an MPI library without one."""
+def test_name_publishing_is_present(program, fmpi):
+    """MPICH has a name service, and so has fmpi (the job's relay keeps it; tests/compat/test_name_publishing.py):
+    the calls work, and the error classes of ERR_NAME / ERR_SERVICE are what they report."""
     mine = fmpi(1, program("""
         from mpi4py import MPI
-        for call in (lambda: MPI.Publish_name("s", "p"), lambda: MPI.Unpublish_name("s", "p"),
-                     lambda: MPI.Lookup_name("s")):
+        MPI.Publish_name("s", "p")
+        print(MPI.Lookup_name("s"))
+        MPI.Unpublish_name("s", "p")
+        for call in (lambda: MPI.Unpublish_name("s", "p"), lambda: MPI.Lookup_name("s")):
             try:
                 call()
-            except NotImplementedError:
-                print("absent")
+            except MPI.Exception as exc:
+                print(exc.Get_error_class() in (MPI.ERR_NAME, MPI.ERR_SERVICE))
     """))
     assert mine.returncode == 0, mine.stderr[-3000:]
-    assert mine.lines() == ["absent"] * 3
+    assert mine.lines() == ["p", "True", "True"]

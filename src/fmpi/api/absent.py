@@ -71,23 +71,6 @@ MAX_DATAREP_STRING = 128
 MAX_PORT_NAME = 1024
 
 
-def _unsupported(what: str) -> NoReturn:
-    """Name publishing: NotImplementedError, as mpi4py over an MPI library without it (ports: ports.py)."""
-    _absent(f"name publishing ({what})")
-
-
-def Publish_name(service_name: str, port_name: str, info: Any = None) -> NoReturn:
-    _unsupported("Publish_name")
-
-
-def Unpublish_name(service_name: str, port_name: str, info: Any = None) -> NoReturn:
-    _unsupported("Unpublish_name")
-
-
-def Lookup_name(service_name: str, info: Any = None) -> NoReturn:
-    _unsupported("Lookup_name")
-
-
 def Register_datarep(*args: Any, **kwargs: Any) -> NoReturn:
     _absent("MPI-IO data representations (Register_datarep)")
 

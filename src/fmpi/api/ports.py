@@ -15,8 +15,9 @@ Two groups that share no communicator meet at the relay their ranks use, which m
 ``Comm.Join(fd)`` does the same with a connected socket in place of the meeting: the two processes swap
 random numbers over it, the larger makes the job and writes it to the other.
 
-Name publishing (``Publish_name``/``Lookup_name``) would need a name service shared across jobs, which
-the relays do not keep: those calls stay absent (``absent.py``).
+A server may publish its port under a service name for clients to look up (``Publish_name``,
+``Lookup_name``, ``Unpublish_name``): the relay the job uses keeps the names, for as long as the
+publishing job runs (``names.py``).
 """
 
 from __future__ import annotations

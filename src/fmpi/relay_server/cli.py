@@ -10,6 +10,7 @@ import signal
 import ssl
 import sys
 
+from ..wire.names import DEFAULT_MAX_NAMES, DEFAULT_MAX_PER_JOB
 from .server import RelayServer, server_tls_context
 from .strangers import DEFAULT_MAX_STRANGERS
 
@@ -19,6 +20,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--host", default="0.0.0.0", help="address to listen on (default %(default)s)")
     p.add_argument("--port", type=int, default=7000, help="port to listen on (default %(default)s; 0 picks a free one)")
     p.add_argument("--max-jobs", type=int, default=10_000, help="jobs held at once (default %(default)s)")
+    p.add_argument("--max-names", type=int, default=DEFAULT_MAX_NAMES, metavar="N",
+                   help="service names (MPI Publish_name) held at once; a job may hold at most "
+                        f"{DEFAULT_MAX_PER_JOB} (default %(default)s)")
     p.add_argument("--max-strangers", type=int, default=DEFAULT_MAX_STRANGERS, metavar="N",
                    help="connections held before their first request; one more drops the oldest (default %(default)s; "
                         "raise it for jobs of more ranks that connect long before they register)")
@@ -94,6 +98,7 @@ async def _serve(args: argparse.Namespace) -> int:
         args.host, args.port, max_jobs=args.max_jobs, probe_port=None if args.probe_port < 0 else args.probe_port,
         dso_max_value=args.dso_max_value, dso_job_bytes=args.dso_job_bytes, heartbeat_timeout=args.heartbeat_timeout,
         reconnect_grace=args.reconnect_grace, ssl_context=args.ssl_context, max_strangers=args.max_strangers,
+        max_names=args.max_names,
     )
     try:
         await server.start()

@@ -24,6 +24,7 @@ from .records import (
     live_job,
     lookup_answer,
 )
+from .names import NameServing
 from .reconnect import Reconnection
 from .resume import JobResumption, parse_resume, wants_rejoin
 from .shards import ShardRelaying
@@ -33,7 +34,7 @@ log = logging.getLogger("fmpi.relay")
 LINK_KINDS = ("direct", "punched", "relayed")
 
 
-class JobLifecycle(JobResumption, Reconnection, ShardRelaying):
+class JobLifecycle(JobResumption, Reconnection, ShardRelaying, NameServing):
     """The jobs of a relay and what happens to them (see the module docstring)."""
 
     jobs: dict[str, Job]
@@ -236,6 +237,7 @@ class JobLifecycle(JobResumption, Reconnection, ShardRelaying):
         if job.shard is not None:
             self._shard_end(job)
         self.jobs.pop(job.id, None)
+        self._drop_names(job)
         job.free_objects("job_over", f"job {job.id!r} ended")
         for session in list(job.dso_sessions):
             session.conn.send(Kind.ERROR, {"code": "job_over", "message": f"job {job.id!r} ended; its shared objects are gone"})

@@ -27,7 +27,9 @@ NAT traversal support:
   UNDELIVERABLE notice per sender and destination.
 
 Distributed shared objects: a job's ranks may also attach DSO connections
-and call methods of objects the relay hosts (``dso_serving.py``).
+and call methods of objects the relay hosts (``dso_serving.py``). MPI name
+publishing: a connection of a job's process may publish, look up or withdraw
+one service name in the relay's bounded name table (``names.py``).
 
 What the relay keeps per connection and job is in ``records.py``; what
 happens to jobs (create, register, world, requests, abort, end, lost ranks,
@@ -57,12 +59,14 @@ import ssl
 import threading
 from typing import Any
 
+from ..wire.names import DEFAULT_MAX_NAMES, DEFAULT_MAX_PER_JOB, NameTable
 from ..wire.relay_protocol import (
     DSO_PREFIX,
     FORWARD_RANK,
     HEADER_SIZE,
     MAX_CLIENT_FRAME,
     MAX_DSO_JSON,
+    NAME_REQUESTS,
     Kind,
     ProtocolError,
     decode_body,
@@ -108,6 +112,8 @@ class RelayServer(JobLifecycle, DsoServing):
         ssl_context: ssl.SSLContext | None = None,
         max_strangers: int = DEFAULT_MAX_STRANGERS,
         stranger_bytes: int = 32 << 20,
+        max_names: int = DEFAULT_MAX_NAMES,
+        max_names_per_job: int = DEFAULT_MAX_PER_JOB,
     ) -> None:
         self.ssl_context = ssl_context
         self.dso_max_value = dso_max_value
@@ -135,6 +141,7 @@ class RelayServer(JobLifecycle, DsoServing):
         self.first_frame_timeout = first_frame_timeout
         self.max_backlog = max_backlog
         self.jobs: dict[str, Job] = {}
+        self.names = NameTable(max_names, max_names_per_job)  # MPI name publishing (names.py)
         self._server: asyncio.base_events.Server | None = None
         self._probe_server: asyncio.base_events.Server | None = None
         self._handlers: dict[asyncio.Task, Connection] = {}
@@ -227,6 +234,9 @@ class RelayServer(JobLifecycle, DsoServing):
             elif kind is Kind.DSO_ATTACH:
                 job, role = self._dso_attach(conn, body)
                 await self._dso_serve(job, role)
+                return
+            elif kind in NAME_REQUESTS:
+                self._serve_name(conn, kind, body)
                 return
             elif kind is Kind.SHARD_HELLO:
                 job, shard = self._shard_attach(conn, body)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from .urls import FMPI_RELAY, REDIS, parse
 
 if TYPE_CHECKING:
-    from .protocols import JobControl, Rendezvous
+    from .protocols import JobControl, NameService, Rendezvous
 
 
 def connect(
@@ -55,6 +55,24 @@ def job_control(url: str, rejoin_within: float = 0.0, sharded: bool = False) -> 
     from .memory import MemoryJobControl
 
     return MemoryJobControl(url)
+
+
+def names(url: str, job: str, token: str) -> "NameService":
+    """The name service (MPI ``Publish_name``/``Lookup_name``) of the relay at `url`, for a process of job `job`
+    (`token`: its secret). fmpi-relay keeps names at the first relay of the URL, where ports meet too, whatever
+    the job's sharding; Redis in keys of its own (``redis_names.py``); memory:// in the store."""
+    kind = parse(url).kind
+    if kind == FMPI_RELAY:
+        from .fmpi_relay import FmpiRelayNames
+
+        return FmpiRelayNames(url, job, token)
+    if kind == REDIS:
+        from .redis_names import RedisNames
+
+        return RedisNames(url, job)
+    from .memory import MemoryNames
+
+    return MemoryNames(url, job, token)
 
 
 def check(url: str, timeout: float) -> dict[str, Any]:

@@ -4,7 +4,8 @@ The rank's registration connection, made from its shared port, stays open
 as the carrier of relayed links after the world is out. The launcher's
 connection follows the job's events; if the relay restarts mid-job it waits
 for it and creates the job again with every live rank's incarnation, so the
-ranks can rejoin (see docs/troubleshooting.md).
+ranks can rejoin (see docs/troubleshooting.md). ``FmpiRelayNames`` asks the
+relay's name table (MPI name publishing), one connection per request.
 """
 
 from __future__ import annotations
@@ -203,6 +204,40 @@ class FmpiRelayJobControl:
             return False
         log(f"the relay at {url} is back; the job resumed there")
         return True
+
+
+class FmpiRelayNames:
+    """The name service of fmpi-relay: kept by the first relay of the URL (a sharded job is created there too, and
+    ports meet there), so every job sharing the URL sees the same names. Each request is a connection of its own:
+    the request, proving the caller's job with its token, then NAME_DONE or ERROR."""
+
+    TIMEOUT = 10.0
+
+    def __init__(self, url: str, job: str, token: str) -> None:
+        self.url, self._job, self._token = url, job, token
+
+    def publish(self, name: str, port: str) -> None:
+        self._ask(Kind.NAME_PUBLISH, {"name": name, "port": port})
+
+    def unpublish(self, name: str, port: str) -> None:
+        self._ask(Kind.NAME_UNPUBLISH, {"name": name, "port": port})
+
+    def lookup(self, name: str) -> str:
+        port = self._ask(Kind.NAME_LOOKUP, {"name": name}).get("port")
+        if not isinstance(port, str):
+            raise RelayError(f"the relay at {display_url(self.url)} answered a lookup without a port", "protocol")
+        return port
+
+    def _ask(self, kind: Kind, body: dict[str, Any]) -> dict[str, Any]:
+        conn = RelayConnection(self.url, timeout=self.TIMEOUT)
+        try:
+            conn.send(kind, {"job": self._job, "token": self._token, **body})
+            return conn.expect(Kind.NAME_DONE, self.TIMEOUT)
+        except socket.timeout:
+            raise RelayError(f"the relay at {display_url(self.url)} did not answer {kind.name} within "
+                             f"{self.TIMEOUT:g} s", "timeout") from None
+        finally:
+            conn.close()
 
 
 def log(message: str) -> None:

@@ -7,7 +7,8 @@ missing ranks) and, after the world, serves each rank's carrier from a
 socketpair: relayed chunks go to their destination, a LOOKUP is answered
 from the job's members, FINISHED / LINK / OUTPUT become launcher events, an ABORT reaches every rank and the launcher.
 Writes to a rank's carrier go through a queue and a thread of its own, so
-one slow reader never stalls the others.
+one slow reader never stalls the others. Its name table (MPI name
+publishing: ``MemoryNames``) follows fmpi-relay's too (``wire/names.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 from ..util.ranges import describe_ranks
 from ..wire.errors import Aborted, RelayError
 from ..wire.frame_reader import FrameReader
+from ..wire.names import NameTable
 from ..wire.relay_protocol import (
     FORWARD_RANK,
     Kind,
@@ -57,6 +59,7 @@ class _Store:
     def __init__(self) -> None:
         self.cond = threading.Condition()
         self.jobs: dict[str, _Job] = {}
+        self.names = NameTable()  # MPI name publishing (MemoryNames); a job's names end with it
 
     def job(self, job: str) -> _Job:
         found = self.jobs.get(job)
@@ -259,6 +262,32 @@ def _joined_once(job: _Job, incarnation: str) -> None:
                          "duplicate")
 
 
+class MemoryNames:
+    """The store's name service: a caller proves a job of the store with its token, as at fmpi-relay."""
+
+    def __init__(self, url: str, job: str, token: str) -> None:
+        self._store, self._job, self._token = store(url), job, token
+
+    def publish(self, name: str, port: str) -> None:
+        with self._store.cond:
+            self._check_job()
+            self._store.names.publish(self._job, name, port)
+
+    def unpublish(self, name: str, port: str) -> None:
+        with self._store.cond:
+            self._check_job()
+            self._store.names.unpublish(name, port)
+
+    def lookup(self, name: str) -> str:
+        with self._store.cond:
+            self._check_job()
+            return self._store.names.lookup(name)
+
+    def _check_job(self) -> None:
+        if self._store.job(self._job).token != self._token:
+            raise RelayError(f"wrong token for job {self._job!r}", "auth")
+
+
 class MemoryJobControl:
     """A job created in an in-process store."""
 
@@ -287,6 +316,7 @@ class MemoryJobControl:
             return
         with self._store.cond:
             self._store.jobs.pop(self._id, None)
+            self._store.names.drop_job(self._id)
             for box in job.outboxes.values():
                 box.put(None)
         if job.timer is not None:

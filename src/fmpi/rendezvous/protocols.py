@@ -1,6 +1,7 @@
 """What a rendezvous backend does, for the rank (``Rendezvous``) and for the launcher (``JobControl``).
 
-Three backends implement both: fmpi-relay (``fmpi_relay.py``), Redis
+Three backends implement both, and the name service MPI's ``Publish_name``
+/ ``Lookup_name`` use (``NameService``, ``rendezvous.names(url, ...)``): fmpi-relay (``fmpi_relay.py``), Redis
 (``redis.py``) and an in-process store for tests (``memory.py``).
 ``rendezvous.connect(url)`` / ``rendezvous.job_control(url)`` pick one from
 the URL; nothing else looks at the scheme.
@@ -123,4 +124,25 @@ class JobControl(Protocol):
 
     def end(self) -> None:
         """Done: the service forgets the job (and deletes what it stored)."""
+        ...
+
+
+class NameService(Protocol):
+    """MPI name publishing at a job's relay (fmpi-relay, Redis, memory://): service name -> port name.
+
+    Every request names the caller's job (and proves it with the job's token where the backend can): a name
+    belongs to the job that published it and goes away when that job ends (rules and limits: wire/names.py).
+    Refusals are RelayError with the codes listed there; an unreachable service is RelayError too.
+    """
+
+    def publish(self, name: str, port: str) -> None:
+        """Publish `name` -> `port` (``name_taken`` if it is published already, ``names_full``)."""
+        ...
+
+    def unpublish(self, name: str, port: str) -> None:
+        """Withdraw `name`, published with `port` (``name_unknown``, ``name_port``)."""
+        ...
+
+    def lookup(self, name: str) -> str:
+        """The port published under `name` (``name_unknown``)."""
         ...

@@ -15,6 +15,8 @@ and no polling:
     fmpi:{J}:events         list: what the launcher is told (joined, world, finished, output, abort)
     fmpi:{J}:mbox:R         list: relayed link chunks for rank R (see redis_mailbox.py)
     fmpi:{J}:finished       hash: rank -> exit code, once the rank finalized
+    fmpi:{J}:names          set: the service names the job's processes published (MPI Publish_name; the
+                            names themselves are keys of their own, ``redis_names.py``)
 
 Every value but the scripts' own bookkeeping is sealed (``redis_seal.py``):
 a stranger with the Redis URL reads no address or data and cannot forge a
@@ -44,6 +46,7 @@ from ..wire.errors import Aborted, RelayError
 from ..wire.relay_protocol import abort_body, peer_record, peers_answer
 from .redis_connect import connect, explain, on_cluster, scan_slot
 from .redis_keys import DEFAULT_TTL, job_pattern
+from .redis_names import drop_job_names
 from .redis_keys import keys as _keys
 from .redis_scripts import NOTIFY_ALL, REGISTER
 from .redis_seal import ALL, CONTROL, LAUNCHER, MEMBER, JobKey, Opener, Refused, Sealer, refusal_notice
@@ -136,6 +139,7 @@ class RedisJob:
         self._closed.set()
         self._timer.cancel()
         self._refused.flush()
+        drop_job_names(self._redis, self.job)  # (names live outside the job's slot: see redis_names.py)
         keys = scan_slot(self._redis, job_pattern(self.job), self._keys["meta"])
         if keys:
             self._redis.delete(*keys)

@@ -5,7 +5,9 @@ world, with fmpi-relay's rules: rank -1 takes any free slot (a spare, marked
 ``"any"`` in its record); a pinned rank whose slot a spare took first takes a
 free slot instead, and holds it as a spare does; one invocation (incarnation)
 joins once. ``NOTIFY_ALL`` ends the job for every rank and the launcher
-(abort, fill timeout). Keys are listed in ``redis.py``.
+(abort, fill timeout). Keys are listed in ``redis.py``. ``UNPUBLISH_NAME`` and
+``DROP_NAME`` withdraw a published service name (``redis_names.py``) only if
+it still holds the given port, or belongs to the given job.
 """
 
 from __future__ import annotations
@@ -91,4 +93,28 @@ for r = 0, size - 1 do
 end
 redis.call('RPUSH', events, notice)
 return 1
+"""
+
+# KEYS: the name's key. ARGV: the port it must hold. Returns the job that published it.
+UNPUBLISH_NAME = """
+local held = redis.call('GET', KEYS[1])
+if not held then return redis.error_reply('name_unknown the service is not published') end
+local ok, record = pcall(cjson.decode, held)
+if not ok or type(record) ~= 'table' or record['port'] ~= ARGV[1] then
+  return redis.error_reply('name_port the service is published with another port')
+end
+redis.call('DEL', KEYS[1])
+return tostring(record['job'])
+"""
+
+# KEYS: the name's key. ARGV: the job that ended. Deletes the name only if that job published it.
+DROP_NAME = """
+local held = redis.call('GET', KEYS[1])
+if not held then return 0 end
+local ok, record = pcall(cjson.decode, held)
+if ok and type(record) == 'table' and record['job'] == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
 """

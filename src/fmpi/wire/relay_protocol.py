@@ -72,6 +72,12 @@ class Kind(enum.IntEnum):
     SHARD_HELLO = 60  # first frame of a shard link: job, token, the sender's shard index
     SHARD = 61  # a shard's control message to another: records, full, abort, lost, notices ({"type": ...})
     SHARD_FORWARD = 62  # binary: source (i32), destination (i32) + a chunk of a relayed link, across shards
+    # MPI name publishing (wire/names.py): a connection's one request, proving a live job of this relay; answered by
+    # NAME_DONE or ERROR (name_taken, name_unknown, name_port, names_full, bad_name, unknown_job, auth), then closed
+    NAME_PUBLISH = 70  # job, token, name, port: publish `name` for the job (until it ends or unpublishes)
+    NAME_UNPUBLISH = 71  # job, token, name, port: withdraw `name`, if it is published with that port
+    NAME_LOOKUP = 72  # job, token, name: the port published under `name`
+    NAME_DONE = 73  # relay -> client: the request was done; a lookup's answer carries "port"
 
 
 class ProtocolError(Exception):
@@ -95,7 +101,12 @@ _FIELDS: dict[Kind, dict[str, type | tuple[type, ...]]] = {
     Kind.DSO_ATTACH: {"job": str, "token": str},
     Kind.SHARD_HELLO: {"job": str, "token": str, "shard": int},
     Kind.SHARD: {"type": str},
+    Kind.NAME_PUBLISH: {"job": str, "token": str, "name": str, "port": str},
+    Kind.NAME_UNPUBLISH: {"job": str, "token": str, "name": str, "port": str},
+    Kind.NAME_LOOKUP: {"job": str, "token": str, "name": str},
 }
+
+NAME_REQUESTS = (Kind.NAME_PUBLISH, Kind.NAME_UNPUBLISH, Kind.NAME_LOOKUP)
 
 
 def abort_cause(value: Any) -> dict[str, Any] | None:
