@@ -111,54 +111,79 @@ COMM_SELF: Intracomm = _state.self_comm
 
 
 def Init() -> None:
+    """
+    Initialize MPI (importing ``fmpi.MPI`` has already done so; calling it again does nothing)."""
     _initialize()
 
 
 def Init_thread(required: int = 3) -> int:
+    """
+    Initialize MPI and return the thread support level, always THREAD_MULTIPLE.
+
+    `required` is accepted and ignored: fmpi's transport is thread-safe."""
     _initialize()
     return 3  # THREAD_MULTIPLE: the transport is thread-safe
 
 
 def Query_thread() -> int:
+    """
+    Return the thread support level: THREAD_MULTIPLE."""
     return 3
 
 
 def Is_thread_main() -> bool:
+    """
+    Tell whether the calling thread is the Python main thread."""
     import threading
 
     return threading.current_thread() is threading.main_thread()
 
 
 def Finalize() -> None:
+    """
+    Finalize MPI: this process leaves the job."""
     _finalize()
 
 
 def Is_initialized() -> bool:
+    """
+    Tell whether MPI has been initialized."""
     return _state.initialized
 
 
 def Is_finalized() -> bool:
+    """
+    Tell whether MPI has been finalized."""
     return _state.finalized
 
 
 def Wtime() -> float:
+    """
+    Return the elapsed wall-clock time in seconds since an arbitrary point of this process."""
     return _wtime()
 
 
 def Wtick() -> float:
+    """
+    Return the resolution of Wtime in seconds."""
     return _wtick()
 
 
 def Get_processor_name() -> str:
+    """
+    Return the name of the host this process runs on."""
     return _processor_name()
 
 
 def Get_version() -> tuple[int, int]:
+    """
+    Return the MPI standard version fmpi reports, as (VERSION, SUBVERSION)."""
     return (VERSION, SUBVERSION)
 
 
 def get_vendor() -> tuple[str, tuple[int, int, int]]:
-    """("fmpi", its version): what mpi4py reports for the MPI library underneath."""
+    """
+    Return ("fmpi", its version as three ints): what mpi4py reports for the MPI library underneath."""
     from . import __version__
 
     numbers = [int(part) for part in __version__.split("+")[0].split(".")[:3] if part.isdigit()]
@@ -166,25 +191,33 @@ def get_vendor() -> tuple[str, tuple[int, int, int]]:
 
 
 def Pcontrol(level: int) -> None:
-    """Profiling control: fmpi has no profiling layer, so any level is accepted and ignored (as MPI allows)."""
+    """
+    Control profiling: fmpi has no profiling layer, so any int level is accepted and ignored (as MPI allows)."""
     if not isinstance(level, int):
         raise TypeError(f"Pcontrol level must be an int, not {type(level).__name__}")
 
 
 def Get_library_version() -> str:
+    """
+    Return the library version string ("fmpi" and its version)."""
     from . import __version__
 
     return f"fmpi {__version__}"
 
 
 def Open_port(info: "Info | None" = None) -> str:
-    """A port name other groups Connect to (see ``api/ports.py``); `info` is accepted and ignored."""
+    """
+    Open a port that other groups Connect to and return its name (see ``api/ports.py``).
+
+    `info` is accepted and ignored."""
     from .api.ports import open_port
 
     return open_port()
 
 
 def Close_port(port_name: str) -> None:
+    """
+    Close a port opened by Open_port."""
     from .api.ports import close_port
 
     close_port(port_name)
@@ -212,10 +245,14 @@ def Lookup_name(service_name: str, info: "Info | None" = None) -> str:
 
 
 def Get_hw_resource_info() -> "Info":
-    """The hardware the process may use, as an Info (MPI 4.1): empty, as MPICH returns it (a new object
-    the caller frees); fmpi's ranks learn their host from Split_type, not from hardware keys."""
+    """
+    Return the hardware the process may use, as a new Info the caller frees (MPI 4.1).
+
+    It is empty, as MPICH returns it; fmpi's ranks learn their host from Split_type, not from hardware keys."""
     return Info.Create()
 
 
 def Abort(errorcode: int = 0) -> None:
+    """
+    Abort the whole job with `errorcode` (COMM_WORLD's Abort)."""
     COMM_WORLD.Abort(errorcode)

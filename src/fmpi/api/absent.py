@@ -49,14 +49,20 @@ class _Absent(Handled):
 
 
 class File(_Absent):
+    """MPI-IO file handle: fmpi has no MPI-IO, so only the null handle FILE_NULL exists."""
     @classmethod
     def Open(cls, *args: Any, **kwargs: Any) -> NoReturn:
+        """
+        Raise NotImplementedError: fmpi has no MPI-IO."""
         _absent("MPI-IO (MPI.File)")
 
 
 class Session(_Absent):
+    """MPI session handle: fmpi has no sessions, so only the null handle SESSION_NULL exists."""
     @classmethod
     def Init(cls, *args: Any, **kwargs: Any) -> NoReturn:
+        """
+        Raise NotImplementedError: fmpi has no MPI sessions."""
         _absent("MPI sessions (MPI.Session)")
 
 
@@ -72,11 +78,15 @@ MAX_PORT_NAME = 1024
 
 
 def Register_datarep(*args: Any, **kwargs: Any) -> NoReturn:
+    """
+    Raise NotImplementedError: fmpi has no MPI-IO data representations."""
     _absent("MPI-IO data representations (Register_datarep)")
 
 
 def _stub(name: str, feature: str):
     def method(self: Any, *args: Any, **kwargs: Any) -> NoReturn:
+        """
+        Raise NotImplementedError: fmpi has no partitioned communication."""
         _absent(f"{feature} ({name})")
 
     method.__name__ = name

@@ -96,6 +96,8 @@ class BufferCollectives(ExchangeCollectives, BufferCollectiveEntries, Persistent
         return finishing(lambda ch: table.run("reduce", ch, opts, send.nbytes, op.commute), spec)
 
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> None:
+        """
+        Combine the buffers of all members with `op` and leave the result in every member's `recvbuf`."""
         # Not the shared entry point's plan: a loop's repeated blocking Allreduce reuses its checked arguments.
         memo = self._allreduce_memo
         if memo is None or not memo.fits(sendbuf, recvbuf, op):
@@ -115,15 +117,23 @@ class BufferCollectives(ExchangeCollectives, BufferCollectiveEntries, Persistent
         return AllreduceOptions(send, recv, combine, op.commute, table.tuning().segment, server_side.server_op(op)), spec
 
     def Scan(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> None:
+        """
+        Leave in each member's `recvbuf` the `op` reduction of the buffers of members up to its rank (inclusive)."""
         self._blocking(self._plan_scan(sendbuf, recvbuf, op, False))
 
     def Iscan(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> Request:
+        """
+        Start a Scan and return its Request."""
         return self._nonblocking(self._plan_scan(sendbuf, recvbuf, op, False))
 
     def Exscan(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> None:
+        """
+        Leave in each member's `recvbuf` the `op` reduction of the buffers of the members below its rank."""
         self._blocking(self._plan_scan(sendbuf, recvbuf, op, True))
 
     def Iexscan(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> Request:
+        """
+        Start an Exscan and return its Request."""
         return self._nonblocking(self._plan_scan(sendbuf, recvbuf, op, True))
 
     def _plan_scan(self, sendbuf: Any, recvbuf: Any, op: Op, exclusive: bool) -> Plan:

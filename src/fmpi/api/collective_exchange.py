@@ -43,9 +43,13 @@ class ExchangeCollectives:
     """Needs ``_blocking``, ``_nonblocking`` and ``size`` (see ``BufferCollectives``)."""
 
     def Alltoallw(self, sendbuf: Any, recvbuf: Any) -> None:
+        """
+        Exchange parts of the buffers between all members, with counts, byte displacements and datatypes per member."""
         self._blocking(self._plan_alltoall(sendbuf, recvbuf, "w"))
 
     def Ialltoallw(self, sendbuf: Any, recvbuf: Any) -> Request:
+        """
+        Start an Alltoallw and return its Request."""
         return self._nonblocking(self._plan_alltoall(sendbuf, recvbuf, "w"))
 
     def _plan_alltoall(self, sendbuf: Any, recvbuf: Any, kind: str) -> Plan:

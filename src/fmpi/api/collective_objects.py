@@ -65,16 +65,22 @@ class ObjectCollectives:
     """Mixed into ``Intracomm``; needs ``_collective``, ``_root``, ``rank``, ``size``."""
 
     def barrier(self) -> None:
+        """
+        Wait until every member has called barrier (Barrier, under mpi4py's lowercase name)."""
         self.Barrier()
 
     @_locked
     def bcast(self, obj: Any = None, root: int = 0) -> Any:
+        """
+        Broadcast a Python object from `root` and return it on every member."""
         root = self._root(root)
         parts = serialize.dumps(obj) if self.rank == root else None
         payload = self._collective(lambda ch: bcast_binomial.bcast_unsized(ch, parts, root))
         return serialize.loads(payload)
 
     def reduce(self, sendobj: Any, op: Op | Any = SUM, root: int = 0) -> Any:
+        """
+        Combine the members' objects with `op` and return the result at `root` (None elsewhere)."""
         root = self._root(root)
         fn = as_object_fn(op)
         if self.size == 1:
@@ -82,18 +88,24 @@ class ObjectCollectives:
         return self._collective(lambda ch: reduce_binomial.reduce_objects(ch, sendobj, fn, root))
 
     def allreduce(self, sendobj: Any, op: Op | Any = SUM) -> Any:
+        """
+        Combine the members' objects with `op` and return the result on every member."""
         fn = as_object_fn(op)
         if self.size == 1:
             return _copy(sendobj)
         return self._collective(lambda ch: allreduce_recursive_doubling.allreduce_objects(ch, sendobj, fn))
 
     def scan(self, sendobj: Any, op: Op | Any = SUM) -> Any:
+        """
+        Return the `op` reduction of the objects of the members up to this one's rank (inclusive)."""
         fn = as_object_fn(op)
         if self.size == 1:
             return _copy(sendobj)
         return self._collective(lambda ch: scan_recursive_doubling.scan_objects(ch, sendobj, fn, False))
 
     def exscan(self, sendobj: Any, op: Op | Any = SUM) -> Any:
+        """
+        Return the `op` reduction of the objects of the members below this one's rank (None at rank 0)."""
         fn = as_object_fn(op)
         if self.size == 1:
             return None
@@ -101,6 +113,8 @@ class ObjectCollectives:
 
     @_locked
     def gather(self, sendobj: Any, root: int = 0) -> list[Any] | None:
+        """
+        Return the list of every member's object at `root`, in rank order (None elsewhere)."""
         root = self._root(root)
         blob = serialize.dumps(sendobj)
         views = self._collective(lambda ch: gather_binomial.gather_objects(ch, blob, root))
@@ -108,18 +122,24 @@ class ObjectCollectives:
 
     @_locked
     def scatter(self, sendobj: Sequence[Any] | None, root: int = 0) -> Any:
+        """
+        Send the i-th item of `sendobj` at `root` to member i and return this member's item."""
         root = self._root(root)
         blobs = [serialize.dumps(x) for x in _items(sendobj, self.size)] if self.rank == root else None
         return serialize.loads(self._collective(lambda ch: scatter_binomial.scatter_objects(ch, blobs, root)))
 
     @_locked
     def allgather(self, sendobj: Any) -> list[Any]:
+        """
+        Return the list of every member's object on every member, in rank order."""
         blob = serialize.dumps(sendobj)
         views = self._collective(lambda ch: allgather_recursive_doubling.allgather_objects(ch, blob))
         return [serialize.loads(v) for v in views]
 
     @_locked
     def alltoall(self, sendobj: Sequence[Any]) -> list[Any]:
+        """
+        Send the i-th item of `sendobj` to member i and return the list of the items received, in rank order."""
         blobs = [serialize.dumps(x) for x in _items(sendobj, self.size)]
         views = self._collective(lambda ch: alltoall_pairwise.alltoall_objects(ch, blobs))
         return [serialize.loads(v) for v in views]

@@ -34,10 +34,12 @@ from .status import Status
 
 
 class Comm(ObjectP2P, PersistentP2P, NonblockingSendrecv, CommAttributes, FaultTolerance, CommHandle):
+    """Communicator: a group of processes and a context in which they communicate."""
     def __new__(cls, comm: Comm | None = None, *args: Any, **kwargs: Any) -> Self:
-        """``MPI.Intracomm(comm)`` (and subclasses such as mpi4py.util.pkl5's): another Python
-        handle on the same communicator. It shares the instance dict, so both see one state
-        (the collective call counter above all), as two mpi4py handles share one MPI_Comm."""
+        """\nMake another Python handle on communicator `comm` (``MPI.Intracomm(comm)``, pkl5's subclasses too).
+
+        It shares the instance dict, so both see one state (the collective call counter above all), as two mpi4py
+        handles share one MPI_Comm."""
         if comm is not None and not isinstance(comm, (Comm, Engine)):
             raise TypeError(f"expecting a communicator, not {type(comm).__name__}")
         obj = super().__new__(cls)
@@ -73,10 +75,12 @@ class Comm(ObjectP2P, PersistentP2P, NonblockingSendrecv, CommAttributes, FaultT
 
     # -------------------------------------------------------------- identity
     def Get_rank(self) -> int:
+        """\nReturn the rank of this process in the communicator."""
         self._live()
         return self._rank
 
     def Get_size(self) -> int:
+        """\nReturn the number of processes in the communicator."""
         self._live()
         return len(self._group)
 
@@ -85,6 +89,7 @@ class Comm(ObjectP2P, PersistentP2P, NonblockingSendrecv, CommAttributes, FaultT
         return self._rank
 
     def Get_group(self) -> Group:
+        """\nReturn the group of the communicator's processes."""
         self._live()
         return Group(self._group, self._engine.rank)
 
@@ -97,18 +102,22 @@ class Comm(ObjectP2P, PersistentP2P, NonblockingSendrecv, CommAttributes, FaultT
         return len(self._group)
 
     def Get_name(self) -> str:
+        """\nReturn the communicator's name."""
         return self._name
 
     def Set_name(self, name: str) -> None:
+        """\nSet the communicator's name."""
         self._name = name
 
     name = property(Get_name, Set_name)
 
     def Is_inter(self) -> bool:
+        """\nTell whether this is an intercommunicator (False)."""
         self._live()
         return False
 
     def Is_intra(self) -> bool:
+        """\nTell whether this is an intracommunicator (True)."""
         self._live()
         return True
 
@@ -121,6 +130,7 @@ class Comm(ObjectP2P, PersistentP2P, NonblockingSendrecv, CommAttributes, FaultT
         return True
 
     def Compare(self, other: Comm) -> int:
+        """\nCompare with communicator `other`: IDENT, CONGRUENT, SIMILAR or UNEQUAL."""
         self._live()
         if other is None or isinstance(other, Comm):
             (other if other is not None else COMM_NULL)._live()
@@ -142,6 +152,7 @@ class Comm(ObjectP2P, PersistentP2P, NonblockingSendrecv, CommAttributes, FaultT
         self.Free()
 
     def Abort(self, errorcode: int = 0) -> None:
+        """\nAbort the whole job with `errorcode`."""
         from . import runtime
 
         runtime.abort(errorcode, f"MPI_Abort({errorcode}) called on {self._name or 'a communicator'}")
@@ -290,22 +301,27 @@ class Comm(ObjectP2P, PersistentP2P, NonblockingSendrecv, CommAttributes, FaultT
 
     # ================================================= uppercase (buffer) p2p
     def Send(self, buf: Any, dest: int, tag: int = 0) -> None:
+        """\nSend a buffer to `dest` (blocking); Bsend and Rsend are this same call."""
         self._send_now([message_view(buf, False)], dest, tag, False)
 
     Bsend = Rsend = Send
 
     def Ssend(self, buf: Any, dest: int, tag: int = 0) -> None:
+        """\nSend a buffer to `dest` and return once the receiver has matched it (synchronous mode)."""
         self._send_now([message_view(buf, False)], dest, tag, True)
 
     def Isend(self, buf: Any, dest: int, tag: int = 0) -> Request:
+        """\nStart sending a buffer to `dest` and return its Request; Ibsend and Irsend are this same call."""
         return self._start_send([message_view(buf, False)], dest, tag, False)
 
     Ibsend = Irsend = Isend
 
     def Issend(self, buf: Any, dest: int, tag: int = 0) -> Request:
+        """\nStart a synchronous-mode send to `dest` and return its Request."""
         return self._start_send([message(buf, False).view], dest, tag, True)
 
     def Recv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> None:
+        """\nReceive a message from `source` with `tag` into a buffer (blocking)."""
         view, unpack = receive_target(buf)
         if unpack is None:
             self._recv_now(view, source, tag, False, status)
@@ -313,19 +329,13 @@ class Comm(ObjectP2P, PersistentP2P, NonblockingSendrecv, CommAttributes, FaultT
             self._complete(self._start_recv(view, source, tag, False, unpack), status)
 
     def Irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
+        """\nStart receiving a message from `source` with `tag` into a buffer and return its Request."""
         view, unpack = receive_target(buf)
         return self._start_recv(view, source, tag, False, unpack)
 
-    def Sendrecv(
-        self,
-        sendbuf: Any,
-        dest: int,
-        sendtag: int = 0,
-        recvbuf: Any = None,
-        source: int = ANY_SOURCE,
-        recvtag: int = ANY_TAG,
-        status: Status | None = None,
-    ) -> None:
+    def Sendrecv(self, sendbuf: Any, dest: int, sendtag: int = 0, recvbuf: Any = None, source: int = ANY_SOURCE,
+                 recvtag: int = ANY_TAG, status: Status | None = None) -> None:
+        """\nSend a buffer to `dest` and receive a message from `source` into another, as one call."""
         # Both specs first: a bad send buffer must not leave a receive posted behind it.
         (recv_view, unpack), send_view = receive_target(recvbuf), message(sendbuf, False).view
         recv = self._start_recv(recv_view, source, recvtag, False, unpack)
@@ -333,15 +343,9 @@ class Comm(ObjectP2P, PersistentP2P, NonblockingSendrecv, CommAttributes, FaultT
         self._complete(recv, status)
         self._complete(send, None)
 
-    def Sendrecv_replace(
-        self,
-        buf: Any,
-        dest: int,
-        sendtag: int = 0,
-        source: int = ANY_SOURCE,
-        recvtag: int = ANY_TAG,
-        status: Status | None = None,
-    ) -> None:
+    def Sendrecv_replace(self, buf: Any, dest: int, sendtag: int = 0, source: int = ANY_SOURCE, recvtag: int = ANY_TAG,
+                         status: Status | None = None) -> None:
+        """\nSend a buffer to `dest` and receive a message from `source` into the same buffer."""
         outgoing = memoryview(bytes(message(buf, False).view))  # the receive overwrites the buffer being sent
         view, unpack = receive_target(buf)
         recv = self._start_recv(view, source, recvtag, False, unpack)
@@ -350,9 +354,11 @@ class Comm(ObjectP2P, PersistentP2P, NonblockingSendrecv, CommAttributes, FaultT
         self._complete(send, None)
 
     def Probe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> bool:
+        """\nWait until a message from `source` with `tag` can be received, without receiving it."""
         return self._probe(source, tag, status, blocking=True)
 
     def Iprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> bool:
+        """\nTell whether a message from `source` with `tag` can be received now, without receiving it."""
         return self._probe(source, tag, status, blocking=False)
 
     def _probe(self, source: int, tag: int, status: Status | None, blocking: bool) -> bool:
@@ -373,9 +379,11 @@ class Comm(ObjectP2P, PersistentP2P, NonblockingSendrecv, CommAttributes, FaultT
         return True
 
     def Mprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> Message:
+        """\nWait for a message from `source` with `tag` and return it as a Message only this process can receive."""
         return mprobe(self, source, tag, status, blocking=True)
 
     def Improbe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> Message | None:
+        """\nReturn a matched Message from `source` with `tag` if one can be received now, else None."""
         return mprobe(self, source, tag, status, blocking=False)
 
     mprobe = Mprobe

@@ -1,16 +1,13 @@
 """``MPI.Datatype``: the predefined types and the handle every datatype is used through.
 
-A *record* (``TypeRecord``) is the datatype itself: its size, bounds, the
-numpy dtype of its elements, where its bytes lie (``typemap``) and how it was
-made (combiner and contents). A ``Datatype`` is a handle on a record, as an
-``MPI_Datatype`` is: ``MPI.Datatype(t)`` is another handle on t's record (equal,
-not identical), ``Free`` turns the handle into ``DATATYPE_NULL`` and leaves the
-record to whoever else holds it (the types ``Get_contents`` hands out).
+A *record* (``TypeRecord``) is the datatype itself: its size, bounds, the numpy dtype of its elements, where its
+bytes lie (``typemap``) and how it was made (combiner and contents). A ``Datatype`` is a handle on a record, as an
+``MPI_Datatype`` is: ``MPI.Datatype(t)`` is another handle on t's record (equal, not identical), ``Free`` turns the
+handle into ``DATATYPE_NULL`` and leaves the record to whoever else holds it (the types ``Get_contents`` hands out).
 
-The predefined types are numpy dtypes with the names, typecodes and
-alignments MPICH gives them. The pair types (DOUBLE_INT, ...) are numpy
-aligned structs, which is what MAXLOC and MINLOC reduce; their size is their
-extent (MPICH: the size without the padding).
+The predefined types are numpy dtypes with the names, typecodes and alignments MPICH gives them. The pair types
+(DOUBLE_INT, ...) are numpy aligned structs, which is what MAXLOC and MINLOC reduce; their size is their extent
+(MPICH: the size without the padding).
 Constructors live in ``type_constructors``, Pack/Unpack in ``packing``.
 """
 
@@ -94,6 +91,7 @@ def _named(name: str, dtype: np.dtype | None, code: str | None = None, typechar:
 
 
 class Datatype(TypeConstructors, TypePacking, Handled):
+    """Datatype: the layout of the elements of a message buffer."""
     __slots__ = ("_t", "__weakref__")
 
     def __init__(self, datatype: Datatype | None = None) -> None:
@@ -158,9 +156,11 @@ class Datatype(TypeConstructors, TypePacking, Handled):
         return self._t.dtype
 
     def Get_name(self) -> str:
+        """\nReturn the datatype's name."""
         return self._t.name
 
     def Set_name(self, name: str) -> None:
+        """\nSet the datatype's name."""
         self._live()
         self._t.name = str(name)
 
@@ -171,47 +171,48 @@ class Datatype(TypeConstructors, TypePacking, Handled):
 
     # ------------------------------------------------------------- extents
     def Get_size(self) -> int:
+        """\nReturn the number of bytes of data an element of this type holds."""
         return self._t.size
 
     size = property(Get_size)
 
     def Get_extent(self) -> tuple[int, int]:
+        """\nReturn (lower bound, extent) in bytes."""
         return self._t.lb, self._t.extent
 
     @property
     def extent(self) -> int:
         return self._t.extent
-
     @property
     def lb(self) -> int:
         return self._t.lb
-
     @property
     def ub(self) -> int:
         return self._t.ub
 
     def Get_true_extent(self) -> tuple[int, int]:
+        """\nReturn (true lower bound, true extent) in bytes: the span of the data, without the bounds' markers."""
         return self._t.true_lb, self._t.true_ub - self._t.true_lb
 
     @property
     def true_extent(self) -> int:
         return self._t.true_ub - self._t.true_lb
-
     @property
     def true_lb(self) -> int:
         return self._t.true_lb
-
     @property
     def true_ub(self) -> int:
         return self._t.true_ub
 
     # ------------------------------------------------------ commit, free
     def Commit(self) -> Datatype:
+        """\nCommit the datatype so communication may use it, and return it."""
         self._live().committed = True
         return self
 
     # ---------------------------------------------- what the type is made of
     def Get_envelope(self) -> tuple[int, int, int, int, int]:
+        """\nReturn (number of ints, addresses, counts and datatypes, combiner) this type was made with."""
         record = self._live()
         ints, addresses, counts, types = record.contents
         return len(ints), len(addresses), len(counts), len(types), record.combiner
@@ -231,6 +232,7 @@ class Datatype(TypeConstructors, TypePacking, Handled):
         return self._t is _NULL or self._t.predefined
 
     def Get_contents(self) -> tuple[list[int], list[int], list[int], list[Datatype]]:
+        """\nReturn the (ints, addresses, counts, datatypes) arguments this type was made with."""
         record = self._live()
         if record.combiner == COMBINER_NAMED:
             raise err.Exception(err.ERR_TYPE, f"{record.name} is a named datatype: it has no contents")
@@ -240,7 +242,7 @@ class Datatype(TypeConstructors, TypePacking, Handled):
     contents = property(Get_contents)
 
     def decode(self) -> tuple[Datatype, str, dict[str, Any]]:
-        """(the type it was made from, the combiner's name, the constructor's arguments), as mpi4py's."""
+        """\nReturn (the type it was made from, the combiner's name, the constructor's arguments), as mpi4py's."""
         record = self._live()
         if record.combiner == COMBINER_NAMED:
             return self, "NAMED", {}
@@ -250,7 +252,7 @@ class Datatype(TypeConstructors, TypePacking, Handled):
     # ------------------------------------------------------------ typecodes
     @classmethod
     def fromcode(cls, code: str) -> Datatype:
-        """The datatype of a buffer typecode ("i", "d", "f8", "c16", "B", ...), as mpi4py's."""
+        """\nReturn the datatype of a buffer typecode ("i", "d", "f8", "c16", "B", ...), as mpi4py's."""
         found = _BY_CODE.get(code) if isinstance(code, str) else None
         if found is None:
             try:
@@ -263,6 +265,7 @@ class Datatype(TypeConstructors, TypePacking, Handled):
         return found
 
     def tocode(self) -> str:
+        """\nReturn the buffer typecode of this datatype (ValueError if it has none)."""
         code = self._t.code
         if code is None:
             raise ValueError(f"{self._t.name or 'this datatype'} has no typecode")
@@ -387,10 +390,10 @@ def null_record() -> TypeRecord:
 
 
 def typecode(datatype: Datatype) -> str | None:
-    """mpi4py's ``MPI._typecode``: a predefined type's buffer typecode, else None."""
+    """\nReturn a predefined type's buffer typecode, else None (mpi4py's ``MPI._typecode``)."""
     return datatype._t.code if datatype._t.predefined else None
 
 
 def typealign(datatype: Datatype) -> int | None:
-    """mpi4py's ``MPI._typealign``: a predefined type's alignment, else None."""
+    """\nReturn a predefined type's alignment, else None (mpi4py's ``MPI._typealign``)."""
     return datatype._t.align if datatype._t.predefined and datatype else None

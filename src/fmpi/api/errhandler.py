@@ -38,6 +38,7 @@ _live: dict[str, weakref.WeakSet[UserHandler]] = {}
 
 
 class Errhandler(Handled):
+    """Error handler: what happens when an MPI call on an object fails."""
     __slots__ = ("name", "_user", "__weakref__")
 
     def __init__(self, errhandler: Errhandler | None = None) -> None:
@@ -79,9 +80,12 @@ class Errhandler(Handled):
         return cls(referent)
 
     def _installed(self, kind: str | None) -> Errhandler | None:
-        """What an object keeps when this handle is set on it: the predefined handler itself (which callers
-        compare by identity), a private handle on a user's (the user may free theirs), or None for a user's
-        handler of another kind than `kind` (ERR_ARG; kind None takes any, as MPICH's communicators do)."""
+        """
+        Return what an object keeps when this handle is set on it.
+
+        The predefined handler itself (which callers compare by identity), a private handle on a user's (the user
+        may free theirs), or None for a user's handler of another kind than `kind` (ERR_ARG; kind None takes any, as
+        MPICH's communicators do)."""
         if self._user is None:
             return PREDEFINED[self.name]
         return Errhandler(self) if kind in (None, self._user.kind) else None
@@ -104,6 +108,8 @@ class Errhandler(Handled):
         return self.name if self is predefined else (type(self), (predefined,))
 
     def Free(self) -> None:
+        """
+        Free a user error handler: the handle becomes ERRHANDLER_NULL (a predefined one stays itself)."""
         from . import exceptions as err
 
         if not self:
@@ -112,7 +118,8 @@ class Errhandler(Handled):
             self.name, self._user = "ERRHANDLER_NULL", None
 
     def free(self) -> None:
-        """Free unless null or predefined (mpi4py's lowercase form)."""
+        """
+        Free unless null or predefined (mpi4py's lowercase form)."""
         if self and self is not PREDEFINED.get(self.name):
             self.Free()
 

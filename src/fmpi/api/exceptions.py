@@ -108,12 +108,18 @@ class Exception(RuntimeError):  # noqa: A001 - the name mpi4py users catch
         return self.message
 
     def Get_error_class(self) -> int:
+        """
+        Return the error class of this exception's error code."""
         return Get_error_class(self.ierr)
 
     def Get_error_code(self) -> int:
+        """
+        Return this exception's error code."""
         return self.ierr
 
     def Get_error_string(self) -> str:
+        """
+        Return this exception's error message."""
         return self.message
 
     def __int__(self) -> int:
@@ -169,10 +175,14 @@ class UnusableBuffer(Exception, builtins.BufferError):
 
 
 def Get_error_class(errorcode: int) -> int:
+    """
+    Return the error class of `errorcode`."""
     return _user_codes.get(errorcode, errorcode)
 
 
 def Get_error_string(errorcode: int) -> str:
+    """
+    Return the message of `errorcode`: a user code's own string, else the MPI name of the error."""
     if errorcode in _user_codes or errorcode in _user_classes:
         return _user_strings.get(errorcode, "")
     name = _NAMES.get(errorcode, "ERR_UNKNOWN")
@@ -189,12 +199,16 @@ _user_strings: dict[int, str] = {}
 
 
 def Add_error_class() -> int:
+    """
+    Add a user error class and return it (numbered as MPICH numbers them)."""
     errorclass = _DYNAMIC | (0x80 + len(_user_classes) + 1)
     _user_classes.append(errorclass)
     return errorclass
 
 
 def Add_error_code(errorclass: int) -> int:
+    """
+    Add a user error code of class `errorclass` and return it."""
     if errorclass not in _user_classes and errorclass not in _NAMES:
         raise Exception(ERR_ARG, f"Add_error_code: {errorclass} is not an error class")
     errorcode = _DYNAMIC | ((len(_user_codes) + 1) << 8) | (errorclass & 0xFF)
@@ -203,6 +217,8 @@ def Add_error_code(errorclass: int) -> int:
 
 
 def Add_error_string(errorcode: int, string: str) -> None:
+    """
+    Set the message of user error class or code `errorcode`."""
     if errorcode not in _user_codes and errorcode not in _user_classes:
         raise Exception(ERR_ARG, f"Add_error_string: {errorcode} is not a user error class or code")
     _user_strings[errorcode] = str(string)
@@ -214,8 +230,10 @@ def last_used_code() -> int:
 
 
 def _remove(errorcode: int) -> None:
-    """MPI_Remove_error_class/code/string are MPI 4.1's; fmpi reports MPI 3.1 and, as mpi4py over
-    such a library, raises NotImplementedError."""
+    """
+    Raise NotImplementedError: MPI_Remove_error_class/code/string are MPI 4.1's, and fmpi reports MPI 3.1.
+
+    This is what mpi4py does over such a library."""
     raise NotImplementedError("MPI_Remove_error_class/code/string (MPI 4.1)")
 
 

@@ -50,12 +50,15 @@ def graph_map(comm, index: Sequence[int], edges: Sequence[int]) -> int:
 
 
 class Graphcomm(Topocomm):
+    """Communicator whose processes are the nodes of a graph (Create_graph)."""
     _kinds = (GRAPH,)
     topology = GRAPH
     _index: list[int]
     _edges: list[int]
 
     def Get_topology(self) -> int:
+        """
+        Return the topology type: GRAPH."""
         self._live()
         return GRAPH
 
@@ -69,6 +72,8 @@ class Graphcomm(Topocomm):
         return neighbors, neighbors, list(range(len(neighbors)))
 
     def Get_dims(self) -> tuple[int, int]:
+        """
+        Return (number of nodes, number of edges)."""
         return len(self._index), len(self._edges)
 
     dims = property(Get_dims)
@@ -82,6 +87,8 @@ class Graphcomm(Topocomm):
         return len(self._edges)
 
     def Get_topo(self) -> tuple[list[int], list[int]]:
+        """
+        Return (index, edges), the graph as Create_graph took it."""
         return list(self._index), list(self._edges)
 
     topo = property(Get_topo)
@@ -95,9 +102,13 @@ class Graphcomm(Topocomm):
         return list(self._edges)
 
     def Get_neighbors_count(self, rank: int) -> int:
+        """
+        Return the number of neighbors of `rank`."""
         return len(self.Get_neighbors(rank))
 
     def Get_neighbors(self, rank: int) -> list[int]:
+        """
+        Return the neighbors of `rank`."""
         if not 0 <= rank < len(self._index):
             raise err.Exception(err.ERR_RANK, f"invalid rank {rank} for a graph of {len(self._index)} nodes")
         start = self._index[rank - 1] if rank else 0
@@ -159,6 +170,7 @@ def create_dist_graph(comm, sources: Sequence[int], degrees: Sequence[int], dest
 
 
 class Distgraphcomm(Topocomm):
+    """Communicator with a distributed graph topology (Create_dist_graph, Create_dist_graph_adjacent)."""
     _kinds = (DIST_GRAPH,)
     topology = DIST_GRAPH
 
@@ -170,6 +182,8 @@ class Distgraphcomm(Topocomm):
         self._sources, self._destinations, self._weights = list(sources), list(destinations), weights
 
     def Get_topology(self) -> int:
+        """
+        Return the topology type: DIST_GRAPH."""
         self._live()
         return DIST_GRAPH
 
@@ -180,8 +194,12 @@ class Distgraphcomm(Topocomm):
         return self._sources, self._destinations, list(range(len(self._sources)))
 
     def Get_dist_neighbors_count(self) -> tuple[int, int, bool]:
+        """
+        Return (number of sources, number of destinations, whether the graph is weighted)."""
         return len(self._sources), len(self._destinations), self._weights is not None
 
     def Get_dist_neighbors(self) -> tuple[list[int], list[int], tuple[list[int], list[int]] | None]:
+        """
+        Return (sources, destinations, (source weights, destination weights) or None)."""
         weights = None if self._weights is None else (list(self._weights[0]), list(self._weights[1]))
         return list(self._sources), list(self._destinations), weights

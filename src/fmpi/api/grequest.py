@@ -22,6 +22,7 @@ from .status import Status
 
 
 class Grequest(Request):
+    """Generalized request: an operation the program itself completes."""
     __slots__ = ("_query", "_free", "_cancel", "_args", "_kwargs", "_value", "_completed", "_freed_early")
 
     def __init__(self, request: Request | None = None) -> None:
@@ -35,6 +36,8 @@ class Grequest(Request):
     @classmethod
     def Start(cls, query_fn: Callable | None = None, free_fn: Callable | None = None,
               cancel_fn: Callable | None = None, args: tuple | None = None, kwargs: dict | None = None) -> Grequest:
+        """
+        Start a generalized request with the program's query, free and cancel callbacks."""
         engine = runtime.state.engine
         greq = cls()
         greq._engine, greq._op, greq._settled = engine, engine.new_op(), False
@@ -44,6 +47,8 @@ class Grequest(Request):
         return greq
 
     def Complete(self) -> None:
+        """
+        Mark the request complete, so that waits on it return."""
         if self._op is None or self._completed:
             raise err.Exception(err.ERR_REQUEST, "Complete on a null or completed generalized request")
         self._completed = True
@@ -52,11 +57,14 @@ class Grequest(Request):
             self._call(self._free)
 
     def complete(self, obj: Any = None) -> None:
-        """Complete it with `obj` as the value ``wait``/``test`` return."""
+        """
+        Complete the request with `obj` as the value ``wait`` and ``test`` return."""
         self._value = obj
         self.Complete()
 
     def Cancel(self) -> None:
+        """
+        Call the request's cancel function (with whether it has completed)."""
         if not self:
             raise err.Exception(err.ERR_REQUEST, "Cancel on a null request (REQUEST_NULL)")
         self._call(self._cancel, self._completed)
@@ -64,7 +72,8 @@ class Grequest(Request):
     cancel = Cancel
 
     def Free(self) -> None:
-        """The handle becomes null; free_fn runs when the request completes (at once if it has)."""
+        """
+        Free the request: the handle becomes null; free_fn runs when it completes (at once if it has)."""
         if not self:
             raise err.Exception(err.ERR_REQUEST, "Free on a null request (REQUEST_NULL)")
         completed, self._settled = self._completed, True

@@ -17,13 +17,16 @@ from .handles import Handled
 
 
 class Group(Handled):
+    """Group: an ordered set of processes."""
     # `_same`: the group this handle is another handle on (``Group(group)``), None for an original:
     # what their integer handle names (handles.py).
     __slots__ = ("_index", "_me", "_members", "_null", "_same", "__weakref__")
 
     def __init__(self, members: Sequence[int] | Group | None = None, me: int = -1) -> None:
-        """A group of `members` (world ranks); ``Group()`` is a null handle (== GROUP_NULL) and
-        ``Group(group)`` another handle on `group`, as in mpi4py."""
+        """
+        Make a group of `members` (world ranks), or a handle as in mpi4py.
+
+        ``Group()`` is a null handle (== GROUP_NULL) and ``Group(group)`` another handle on `group`."""
         self._same: Group | None = None
         if isinstance(members, Group):
             self._same = members._same or members
@@ -38,9 +41,13 @@ class Group(Handled):
 
     # -------------------------------------------------------------- accessors
     def Get_size(self) -> int:
+        """
+        Return the number of processes in the group."""
         return len(self._live()._members)
 
     def Get_rank(self) -> int:
+        """
+        Return this process's rank in the group, or UNDEFINED if it is not a member."""
         return self._live()._index.get(self._me, UNDEFINED)
 
     @property
@@ -52,6 +59,8 @@ class Group(Handled):
         return self.Get_rank()
 
     def Translate_ranks(self, ranks: Sequence[int] | None = None, group: Group | None = None) -> list[int]:
+        """
+        Return the ranks in `group` (default: the world's) of the processes with `ranks` in this group."""
         self._live()
         if ranks is None:
             ranks = range(len(self._members))
@@ -69,6 +78,8 @@ class Group(Handled):
         return out
 
     def Compare(self, group: Group) -> int:
+        """
+        Compare with `group`: IDENT (same members, same order), SIMILAR (same members) or UNEQUAL."""
         self._live(), group._live()
         if self._members == group._members:
             return IDENT
@@ -78,10 +89,14 @@ class Group(Handled):
 
     # ------------------------------------------------------------ constructors
     def Dup(self) -> Group:
+        """
+        Return a new group with the same members."""
         self._live()
         return Group(self._members, self._me)
 
     def Incl(self, ranks: Sequence[int]) -> Group:
+        """
+        Return the group of the members with `ranks`, in that order."""
         ranks = list(ranks)
         self._live()
         if len(set(ranks)) != len(ranks):
@@ -89,6 +104,8 @@ class Group(Handled):
         return Group([self._world(r) for r in ranks], self._me)
 
     def Excl(self, ranks: Sequence[int]) -> Group:
+        """
+        Return the group of the members without `ranks`, in their order here."""
         drop = set()
         self._live()
         for r in ranks:
@@ -99,19 +116,27 @@ class Group(Handled):
         return Group([w for i, w in enumerate(self._members) if i not in drop], self._me)
 
     def Range_incl(self, ranks: Sequence[tuple[int, int, int]]) -> Group:
+        """
+        Return the group of the members in the (first, last, stride) ranges `ranks`."""
         return self.Incl(_expand(ranks))
 
     def Range_excl(self, ranks: Sequence[tuple[int, int, int]]) -> Group:
+        """
+        Return the group of the members outside the (first, last, stride) ranges `ranks`."""
         return self.Excl(_expand(ranks))
 
     @classmethod
     def Union(cls, group1: Group, group2: Group) -> Group:
+        """
+        Return the members of `group1`, then those of `group2` not in `group1`."""
         group1._live(), group2._live()
         extra = [w for w in group2._members if w not in group1._index]
         return cls(group1._members + tuple(extra), group1._me)
 
     @classmethod
     def Intersection(cls, group1: Group, group2: Group) -> Group:
+        """
+        Return the members of `group1` that are also in `group2`, in `group1`'s order."""
         group1._live(), group2._live()
         return cls([w for w in group1._members if w in group2._index], group1._me)
 
@@ -119,18 +144,22 @@ class Group(Handled):
 
     @classmethod
     def Difference(cls, group1: Group, group2: Group) -> Group:
+        """
+        Return the members of `group1` that are not in `group2`, in `group1`'s order."""
         group1._live(), group2._live()
         return cls([w for w in group1._members if w not in group2._index], group1._me)
 
     def Free(self) -> None:
-        """The handle becomes GROUP_NULL (GROUP_EMPTY stays itself, as mpi4py keeps predefined handles)."""
+        """
+        Free the group: the handle becomes GROUP_NULL (GROUP_EMPTY stays itself, as mpi4py keeps predefined handles)."""
         if self._null:
             raise err.Exception(err.ERR_GROUP, "Free on a null group (GROUP_NULL)")
         if self is not GROUP_EMPTY:
             self._members, self._index, self._null = (), {}, True
 
     def free(self) -> None:
-        """Free unless null or predefined (mpi4py's lowercase form)."""
+        """
+        Free unless null or predefined (mpi4py's lowercase form)."""
         if self and self is not GROUP_EMPTY:
             self.Free()
 
@@ -161,8 +190,10 @@ class Group(Handled):
         return "<fmpi.MPI.Group GROUP_NULL>" if self._null else f"<fmpi.MPI.Group {list(self._members)}>"
 
     def __reduce__(self) -> tuple:
-        """GROUP_NULL and GROUP_EMPTY travel by name (another handle on them, as another handle); any
-        other group names processes of this job only and cannot be pickled, as in mpi4py."""
+        """
+        Pickle GROUP_NULL and GROUP_EMPTY by name (another handle on them, as another handle).
+
+        Any other group names processes of this job only and cannot be pickled, as in mpi4py."""
         for name, predefined in (("GROUP_NULL", GROUP_NULL), ("GROUP_EMPTY", GROUP_EMPTY)):
             if self is predefined:
                 return (_predefined, (name,))

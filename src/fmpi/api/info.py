@@ -27,6 +27,7 @@ _MISSING = object()
 
 
 class Info(Handled):
+    """Info object: a set of (key, value) string hints, usable as a dict."""
     # `_same`: the Info this one is another handle on, None for an original (what their integer handle,
     # handles.py, names: `_handle` numbers Infos for equality only, and leads back to none).
     __slots__ = ("_handle", "_items", "_predefined", "_same", "__weakref__")
@@ -43,6 +44,8 @@ class Info(Handled):
     # ----------------------------------------------------------- MPI calls
     @classmethod
     def Create(cls, items: Mapping[str, str] | Iterable[tuple[str, str]] | None = None) -> Info:
+        """
+        Create an Info, holding `items` (a mapping or (key, value) pairs) if given."""
         info = cls()
         info._handle = next(_handles)
         if items is not None:
@@ -53,28 +56,39 @@ class Info(Handled):
 
     @classmethod
     def Create_env(cls, args: Iterable[str] | str | None = None) -> Info:
+        """
+        Create an Info with the keys MPI_INFO_ENV defines for this process (or for the command line `args`)."""
         return cls.Create(_environment(args))
 
     def Dup(self) -> Info:
+        """
+        Return a new Info with the same items."""
         self._live()
         return type(self).Create(self._items)
 
     def Free(self) -> None:
+        """
+        Free the Info: the handle becomes INFO_NULL (freeing a predefined one is ERR_ARG)."""
         self._live()
         if self._predefined is not None:
             raise err.Exception(err.ERR_ARG, f"cannot free the predefined {self._predefined}")
         self._handle, self._items = 0, {}
 
     def free(self) -> None:
-        """Free unless null or predefined (mpi4py's lowercase form)."""
+        """
+        Free unless null or predefined (mpi4py's lowercase form)."""
         if self and self._predefined is None:
             self.Free()
 
     def Get(self, key: str) -> str | None:
+        """
+        Return the value of `key`, or None if it is not set."""
         self._live()
         return self._items.get(_key(key))
 
     def Set(self, key: str, value: str) -> None:
+        """
+        Set `key` to `value` (a string of at most MAX_INFO_VAL characters)."""
         self._live()
         if self._predefined is not None:
             raise err.Exception(err.ERR_ARG, f"{self._predefined} is read-only")
@@ -84,15 +98,21 @@ class Info(Handled):
         self._items[_key(key)] = value
 
     def Delete(self, key: str) -> None:
+        """
+        Delete `key` (ERR_INFO_NOKEY if it is not set)."""
         self._live()
         if self._items.pop(_key(key), None) is None:
             raise err.Exception(err.ERR_INFO_NOKEY, f"info key {key!r} is not set")
 
     def Get_nkeys(self) -> int:
+        """
+        Return the number of keys set."""
         self._live()
         return len(self._items)
 
     def Get_nthkey(self, n: int) -> str:
+        """
+        Return the `n`-th key, counting from 0."""
         self._live()
         keys = list(self._items)
         if not 0 <= n < len(keys):
@@ -126,18 +146,28 @@ class Info(Handled):
         self.Delete(key)
 
     def get(self, key: str, default: Any = None) -> Any:
+        """
+        Return the value of `key`, or `default` if it is not set."""
         return self._items.get(key, default)
 
     def keys(self) -> list[str]:
+        """
+        Return the list of keys."""
         return list(self._items)
 
     def values(self) -> list[str]:
+        """
+        Return the list of values."""
         return list(self._items.values())
 
     def items(self) -> list[tuple[str, str]]:
+        """
+        Return the list of (key, value) pairs."""
         return list(self._items.items())
 
     def update(self, other: Mapping[str, str] | Iterable[tuple[str, str]] = (), **kwds: str) -> None:
+        """
+        Set the items of `other` and of the keyword arguments."""
         if not self:
             raise KeyError("update")
         pairs = other.items() if isinstance(other, Mapping) else other
@@ -145,6 +175,8 @@ class Info(Handled):
             self.Set(key, value)
 
     def pop(self, key: str, *default: Any) -> Any:
+        """
+        Remove `key` and return its value, or `default` if given and the key is not set."""
         if self and key in self._items:
             value = self._items[key]
             self.Delete(key)
@@ -154,15 +186,21 @@ class Info(Handled):
         raise KeyError(key)
 
     def popitem(self) -> tuple[str, str]:
+        """
+        Remove a (key, value) pair and return it (KeyError if the Info is empty)."""
         if not self._items:
             raise KeyError("popitem(): info is empty")
         key = next(reversed(self._items))
         return key, self.pop(key)
 
     def copy(self) -> Info:
+        """
+        Return a new Info with the same items (a null Info for a null one)."""
         return self.Dup() if self else Info()
 
     def clear(self) -> None:
+        """
+        Delete every key."""
         if self:
             self._items.clear()
 

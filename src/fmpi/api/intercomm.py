@@ -65,6 +65,7 @@ class InterChannels:
 
 
 class Intercomm(InterObjectCollectives, InterBufferCollectives, CollectiveCalls, Comm):
+    """Intercommunicator: communication between two disjoint groups, the local one and the remote one."""
     _inter = True
 
     def __init__(
@@ -79,10 +80,14 @@ class Intercomm(InterObjectCollectives, InterBufferCollectives, CollectiveCalls,
 
     # -------------------------------------------------------------- identity
     def Is_inter(self) -> bool:
+        """
+        Tell whether this is an intercommunicator (True)."""
         self._live()
         return True
 
     def Is_intra(self) -> bool:
+        """
+        Tell whether this is an intracommunicator (False)."""
         self._live()
         return False
 
@@ -90,6 +95,8 @@ class Intercomm(InterObjectCollectives, InterBufferCollectives, CollectiveCalls,
     is_intra = property(Is_intra)
 
     def Get_remote_size(self) -> int:
+        """
+        Return the number of processes in the remote group."""
         self._live()
         return len(self._remote)
 
@@ -98,10 +105,14 @@ class Intercomm(InterObjectCollectives, InterBufferCollectives, CollectiveCalls,
         return len(self._remote)
 
     def Get_group(self) -> Group:
+        """
+        Return the local group."""
         self._live()
         return Group(self._group, self._me())
 
     def Get_remote_group(self) -> Group:
+        """
+        Return the remote group."""
         self._live()
         return Group(self._remote, self._me())
 
@@ -112,6 +123,8 @@ class Intercomm(InterObjectCollectives, InterBufferCollectives, CollectiveCalls,
         return self._engine.rank if self._engine is not None else -1
 
     def Compare(self, other: Comm) -> int:
+        """
+        Compare with communicator `other`: IDENT, CONGRUENT, SIMILAR or UNEQUAL."""
         if not isinstance(other, Intercomm):
             return UNEQUAL
         if other._group == self._group and other._remote == self._remote:
@@ -150,15 +163,21 @@ class Intercomm(InterObjectCollectives, InterBufferCollectives, CollectiveCalls,
         return child
 
     def Dup(self, info: Any = None) -> Intercomm:
+        """
+        Return a new intercommunicator with the same groups and copied attributes (collective over both groups)."""
         self._live()
         return self._of_my_class(self._copy_attributes(self._sibling(self._group, self._remote, self._next_context("dup"))))
 
     Clone = Dup
 
     def Dup_with_info(self, info: Any) -> Intercomm:
+        """
+        Duplicate the intercommunicator as Dup does; `info` is accepted and ignored."""
         return self.Dup()
 
     def Idup(self, info: Any = None) -> tuple[Intercomm, Any]:
+        """
+        Duplicate the intercommunicator as Dup does; return it with a request that is already complete."""
         from .request import Request
 
         return self.Dup(), Request.completed()
@@ -166,8 +185,10 @@ class Intercomm(InterObjectCollectives, InterBufferCollectives, CollectiveCalls,
     Idup_with_info = Idup
 
     def Merge(self, high: bool = False) -> Intracomm:
-        """One intracommunicator of both groups: the group that passed high=False first (on a tie,
-        the group holding the lower world rank)."""
+        """
+        Return one intracommunicator of both groups, ordered by `high`.
+
+        The group that passed high=False comes first (on a tie, the group holding the lower world rank)."""
         self._live()
         remote_high = self._collective(lambda ch: ch.swap_leaders(bool(high)))
         mine_first = (not high and remote_high) or (bool(high) == remote_high and self._group[0] < self._remote[0])
@@ -192,13 +213,17 @@ class Intercomm(InterObjectCollectives, InterBufferCollectives, CollectiveCalls,
         return None if color == UNDEFINED or not all(chosen) else self._sibling(*chosen, context)
 
     def Split_type(self, split_type: int, key: int = 0, info: Any = None) -> Intercomm | None:
-        """COMM_TYPE_SHARED: the processes on this host, in both groups; UNDEFINED: COMM_NULL."""
+        """
+        Split by type: COMM_TYPE_SHARED gives the processes on this host, in both groups; UNDEFINED gives COMM_NULL."""
         if split_type == UNDEFINED:
             return self.Split(UNDEFINED, key)
         return self.Split(zlib.crc32(runtime.node_id().encode()) & 0x7FFFFFFF, key)
 
     def Create(self, group: Group) -> Intercomm | None:
-        """Collective over both groups; each passes a subgroup of its local group, whose members get the new one."""
+        """
+        Create an intercommunicator of subgroups, one of each local group (collective over both groups).
+
+        Each group passes a subgroup of its local group, whose members get the new intercommunicator."""
         self._live()
         members = group._members
         if not set(members) <= set(self._group):
@@ -208,24 +233,32 @@ class Intercomm(InterObjectCollectives, InterBufferCollectives, CollectiveCalls,
         return self._sibling(members, remote, context) if self._me() in members and remote else None
 
     def Create_group(self, group: Group, tag: int = 0) -> Intercomm | None:
+        """
+        Create an intercommunicator of subgroups as Create does; `tag` is accepted and ignored."""
         return self.Create(group)
 
     @classmethod
     def Create_from_groups(cls, local_group: Group, local_leader: int = 0, remote_group: Group | None = None,
                            remote_leader: int = 0, stringtag: str = "org.mpi4py", info: Any = None,
                            errhandler: Any = None) -> Intercomm:
+        """
+        Create an intercommunicator between `local_group` and `remote_group` from the groups alone (MPI 4)."""
         from .intercomm_create import create_from_groups
 
         return create_from_groups(local_group, local_leader, remote_group, remote_leader, stringtag, errhandler)
 
     def Free(self) -> None:
+        """
+        Free the intercommunicator: the handle becomes COMM_NULL."""
         self._free_handle()
         self._remote, self._remote_index = (), {}
 
     def Disconnect(self) -> None:
-        """Collective over both groups: returns once both have called it (all their traffic delivered); the
-        handle becomes COMM_NULL. A parents/children intercommunicator also ends this process's part in
-        the spawned job (``spawn.disconnected``)."""
+        """
+        Wait until both groups have called Disconnect (all their traffic delivered), then free the handle.
+
+        The handle becomes COMM_NULL. A parents/children intercommunicator also ends this process's part in the
+        spawned job (``spawn.disconnected``)."""
         self._live()
         self.Barrier()
         self.Free()

@@ -44,6 +44,7 @@ COMM_TYPE_RESOURCE_GUIDED = 4
 
 
 class Intracomm(ObjectCollectives, BufferCollectives, CollectiveCalls, Comm):
+    """Intracommunicator: communication within one group of processes."""
     _inter = False
 
     def __init__(self, engine: Engine | Comm | None = None, group: tuple[int, ...] = (), context: int = 0, name: str = "") -> None:
@@ -57,15 +58,13 @@ class Intracomm(ObjectCollectives, BufferCollectives, CollectiveCalls, Comm):
 
     # ------------------------------------------------------------ machinery
     def _channel(self) -> Channel:
-        """The channel of the next blocking collective call.
-
-        One channel serves all of a communicator's blocking calls, stamped with
-        each call's tag: MPI has every member make them one at a time, so two
-        never overlap, and a small call need not build a channel (and ask
-        whether a server takes part) every time. It is rebuilt when the
-        collective table's settings change (``table.generation``), which may
-        change that answer.
         """
+        Return the channel of the next blocking collective call.
+
+        One channel serves all of a communicator's blocking calls, stamped with each call's tag: MPI has every
+        member make them one at a time, so two never overlap, and a small call need not build a channel (and ask
+        whether a server takes part) every time. It is rebuilt when the collective table's settings change
+        (``table.generation``), which may change that answer."""
         self._coll_seq += 1
         generation = table.generation()
         if self._blocking_generation != generation:
@@ -79,13 +78,12 @@ class Intracomm(ObjectCollectives, BufferCollectives, CollectiveCalls, Comm):
         return Channel(self._engine, self._group, self._rank, self._coll_ctx, tag, *self._server())
 
     def _server(self) -> tuple[Any, str]:
-        """(provider, this communicator's object names) for server-side collectives, or (None, "").
-
-        A provider is used when the job runs relayed (FMPI_CHANNEL=relay, the
-        same on every rank) or FMPI_COLL_ALGO forces a server form; the
-        objects are named after the collective context, so every
-        communicator (Split halves, Dups) has its own.
         """
+        Return (provider, this communicator's object names) for server-side collectives, or (None, "").
+
+        A provider is used when the job runs relayed (FMPI_CHANNEL=relay, the same on every rank) or FMPI_COLL_ALGO
+        forces a server form; the objects are named after the collective context, so every communicator (Split
+        halves, Dups) has its own."""
         provider = runtime.state.server
         if provider is None or self._engine is None or len(self._group) < 2:
             return None, ""
@@ -107,6 +105,8 @@ class Intracomm(ObjectCollectives, BufferCollectives, CollectiveCalls, Comm):
         return child
 
     def Dup(self, info: Any = None) -> Intracomm:
+        """
+        Return a new communicator with the same group and copied attributes (collective)."""
         self._live()
         self._child_seq += 1
         return self._of_my_class(self._copy_attributes(self._dup_child(_child_context(self._ctx, self._child_seq, "dup"))))
@@ -118,17 +118,23 @@ class Intracomm(ObjectCollectives, BufferCollectives, CollectiveCalls, Comm):
     Clone = Dup
 
     def Dup_with_info(self, info: Any) -> Intracomm:
+        """
+        Duplicate the communicator as Dup does; `info` is accepted and ignored."""
         return self.Dup()
 
     def Idup(self, info: Any = None) -> tuple[Intracomm, Request]:
-        """Dup, done at once (every member calls it, as for Dup): the request is already complete."""
+        """
+        Duplicate the communicator at once, as Dup does (every member calls it); the request is already complete."""
         return self.Dup(), Request.completed()
 
     def Idup_with_info(self, info: Any) -> tuple[Intracomm, Request]:
+        """
+        Duplicate the communicator as Idup does; `info` is accepted and ignored."""
         return self.Idup(info)
 
     def Split(self, color: int = 0, key: int = 0) -> Intracomm | None:
-        """Members with the same color form a communicator, ordered by (key, rank); UNDEFINED gets COMM_NULL."""
+        """
+        Split into communicators of the members of each color, ordered by (key, rank); UNDEFINED gets COMM_NULL."""
         self._live()
         self._child_seq += 1
         seq = self._child_seq
@@ -142,17 +148,19 @@ class Intracomm(ObjectCollectives, BufferCollectives, CollectiveCalls, Comm):
         return self._child(tuple(self._group[r] for _, r in members), _child_context(self._ctx, seq, f"split:{color}"))
 
     def Split_type(self, split_type: int, key: int = 0, info: Any = None) -> Intracomm | None:
-        """COMM_TYPE_SHARED (and the hardware types): the ranks on this machine (``runtime.node_id``: on Lambda the
-        ranks of one function instance); UNDEFINED: COMM_NULL.
+        """
+        Split by type: COMM_TYPE_SHARED (and the hardware types) gives the ranks on this machine.
 
-        Every rank makes the same collective calls whatever type it passes (some may pass UNDEFINED
-        while others pass COMM_TYPE_SHARED), so the communicator's collectives stay in step."""
+        UNDEFINED gives COMM_NULL. The machine is ``runtime.node_id``: on Lambda, the ranks of one function
+        instance. Every rank makes the same collective calls whatever type it passes (some may pass UNDEFINED while
+        others pass COMM_TYPE_SHARED), so the communicator's collectives stay in step."""
         host = None if split_type == UNDEFINED else runtime.node_id()
         names = self.allgather(host)
         return self.Split(UNDEFINED if host is None else names.index(host), key)
 
     def Create(self, group: Group) -> Intracomm | None:
-        """Collective over this communicator; members of `group` get the new communicator."""
+        """
+        Create a communicator of `group`'s members (collective over this communicator; others get COMM_NULL)."""
         self._live()
         self._child_seq += 1
         seq = self._child_seq
@@ -164,7 +172,8 @@ class Intracomm(ObjectCollectives, BufferCollectives, CollectiveCalls, Comm):
         return self._child(members, _child_context(self._ctx, seq, f"create:{members}"))
 
     def Create_group(self, group: Group, tag: int = 0) -> Intracomm | None:
-        """Collective over `group` only; its members get the new communicator."""
+        """
+        Create a communicator of `group`'s members (collective over `group` only)."""
         members = group._members
         if self._engine.rank not in members:
             return None
@@ -174,27 +183,38 @@ class Intracomm(ObjectCollectives, BufferCollectives, CollectiveCalls, Comm):
         return self._child(members, _child_context(self._ctx, n, f"group:{members}:{tag}"))
 
     def Create_intercomm(self, local_leader: int, peer_comm: Comm, remote_leader: int, tag: int = 0) -> Any:
-        """An ``Intercomm`` between this communicator's group and the group whose leader is `remote_leader`
-        in `peer_comm` (collective over this communicator; see ``intercomm_create``)."""
+        """
+        Create an Intercomm between this group and the one whose leader is `remote_leader` in `peer_comm`.
+
+        It is collective over this communicator; see ``intercomm_create``."""
         from .intercomm_create import create_intercomm
 
         return create_intercomm(self, local_leader, peer_comm, remote_leader, tag)
 
     def Accept(self, port_name: str, info: Any = None, root: int = 0) -> Any:
-        """Wait at `port_name` (from ``MPI.Open_port``) for a group's Connect (collective; see ``ports``)."""
+        """
+        Wait at `port_name` (from ``MPI.Open_port``) for a group's Connect and return the Intercomm to it.
+
+        It is collective; see ``ports``."""
         from .ports import accept
 
         return accept(self, port_name, root)
 
     def Connect(self, port_name: str, info: Any = None, root: int = 0) -> Any:
-        """Join the group waiting at `port_name` in Accept (collective; see ``ports``): the Intercomm to it."""
+        """
+        Join the group waiting at `port_name` in Accept and return the Intercomm to it.
+
+        It is collective; see ``ports``."""
         from .ports import connect
 
         return connect(self, port_name, root)
 
     def Spawn(self, command: str, args: Any = None, maxprocs: int = 1, info: Any = None, root: int = 0,
               errcodes: list | None = None) -> Any:
-        """Start `maxprocs` processes running `command` `args` (collective; see ``spawn``): the Intercomm to them."""
+        """
+        Start `maxprocs` processes running `command` with `args` and return the Intercomm to them.
+
+        It is collective; see ``spawn``."""
         from .spawn import spawn_multiple
 
         argv = args if args is None or isinstance(args, (str, bytes)) else [args]  # (one command's, as a list of one)
@@ -202,6 +222,8 @@ class Intracomm(ObjectCollectives, BufferCollectives, CollectiveCalls, Comm):
 
     def Spawn_multiple(self, command: Any, args: Any = None, maxprocs: Any = None, info: Any = None, root: int = 0,
                        errcodes: list | None = None) -> Any:
+        """
+        Start processes running several commands, as one job, and return the Intercomm to them (collective)."""
         from .spawn import spawn_multiple
 
         return spawn_multiple(self, command, args, maxprocs, info, root, errcodes)
@@ -209,40 +231,55 @@ class Intracomm(ObjectCollectives, BufferCollectives, CollectiveCalls, Comm):
     @classmethod
     def Create_from_group(cls, group: Group, stringtag: str = "org.mpi4py", info: Any = None,
                           errhandler: Any = None) -> Intracomm:
-        """A communicator of `group`, made by its members alone (MPI 4)."""
+        """
+        Create a communicator of `group`, made by its members alone (MPI 4)."""
         from .intercomm_create import create_from_group
 
         return create_from_group(group, stringtag, errhandler)
 
     def Create_cart(self, dims, periods=None, reorder: bool = False):
-        """A communicator whose ranks sit on a Cartesian grid (``Cartcomm``); extra ranks get COMM_NULL."""
+        """
+        Create a communicator whose ranks sit on a Cartesian grid (Cartcomm); extra ranks get COMM_NULL."""
         from .topology import create_cart
 
         return create_cart(self, dims, periods, reorder)
 
     def Cart_map(self, dims, periods=None) -> int:
+        """
+        Return the rank this process would have on a Cartesian grid of `dims`, or UNDEFINED."""
         from .topology import cart_map
 
         return cart_map(self, dims, periods)
 
     def Create_graph(self, index, edges, reorder: bool = False):
-        """A communicator whose ranks are the nodes of a graph (``Graphcomm``); extra ranks get COMM_NULL."""
+        """
+        Create a communicator whose ranks are the nodes of a graph (Graphcomm); extra ranks get COMM_NULL."""
         from .graph_topology import create_graph
 
         return create_graph(self, index, edges, reorder)
 
     def Graph_map(self, index, edges) -> int:
+        """
+        Return the rank this process would have in a graph of `index` and `edges`, or UNDEFINED."""
         from .graph_topology import graph_map
 
         return graph_map(self, index, edges)
 
     def Create_dist_graph_adjacent(self, sources, destinations, sourceweights=None, destweights=None, info=None,
                                    reorder: bool = False):
+        """
+        Create a Distgraphcomm in which each process names its own sources and destinations.
+
+        `info` and `reorder` are accepted and ignored."""
         from .graph_topology import create_dist_graph_adjacent
 
         return create_dist_graph_adjacent(self, sources, destinations, sourceweights, destweights)
 
     def Create_dist_graph(self, sources, degrees, destinations, weights=None, info=None, reorder: bool = False):
+        """
+        Create a Distgraphcomm from edges that any process may name.
+
+        `info` and `reorder` are accepted and ignored."""
         from .graph_topology import create_dist_graph
 
         return create_dist_graph(self, sources, degrees, destinations, weights)

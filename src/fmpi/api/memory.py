@@ -28,6 +28,7 @@ def _not_cpu() -> BufferError:
 
 
 class buffer(np.ndarray):
+    """Memory buffer (mpi4py's ``MPI.buffer``, also ``MPI.memory``): a byte array over some memory."""
     _owner: Any = None
     _host: bool = True
     _released: bool = False
@@ -54,7 +55,8 @@ class buffer(np.ndarray):
 
     @staticmethod
     def allocate(nbytes: int, clear: bool = False) -> buffer:
-        """`nbytes` bytes of fmpi's (always zeroed: Python has no uninitialized memory to give)."""
+        """
+        Allocate `nbytes` bytes of fmpi's memory, always zeroed (Python has no uninitialized memory to give)."""
         nbytes = operator.index(nbytes)
         if nbytes < 0:
             raise ValueError(f"expecting non-negative size, got {nbytes}")
@@ -63,7 +65,8 @@ class buffer(np.ndarray):
 
     @staticmethod
     def frombuffer(obj: Any, readonly: bool = False) -> buffer:
-        """A buffer on the memory of `obj` (buffer protocol, DLPack, CUDA array interface); TypeError if none."""
+        """
+        Return a buffer on the memory of `obj` (buffer protocol, DLPack, CUDA array interface); TypeError if none."""
         from .buffers import foreign
 
         if obj is None:
@@ -83,7 +86,8 @@ class buffer(np.ndarray):
 
     @staticmethod
     def fromaddress(address: int, nbytes: int, readonly: bool = False) -> buffer:
-        """A buffer on the `nbytes` bytes at `address` (the caller keeps them alive)."""
+        """
+        Return a buffer on the `nbytes` bytes at `address` (the caller keeps them alive)."""
         address, nbytes = operator.index(address), operator.index(nbytes)
         if nbytes < 0:
             raise ValueError(f"expecting non-negative buffer length, got {nbytes}")
@@ -114,22 +118,28 @@ class buffer(np.ndarray):
         return self._itemsize
 
     def release(self) -> None:
-        """Forget the memory (it stays alive while other views of it do)."""
+        """
+        Forget the memory (it stays alive while other views of it do)."""
         self._released, self._owner = True, None
 
     def toreadonly(self) -> buffer:
+        """
+        Return a read-only buffer on the same memory."""
         made = self.view(buffer)
         made.flags.writeable = False
         return made
 
     def cast(self, format: str, shape: Any = None) -> memoryview:  # noqa: A002 - mpi4py's name
+        """
+        Return a memoryview of the memory cast to `format` (and `shape`)."""
         if not self._host:
             raise _not_cpu()
         view = memoryview(self)
         return view.cast(format) if shape is None else view.cast(format, shape)
 
     def tobytes(self, order: Any = None) -> bytes:
-        """The bytes (`order` is taken and ignored, as the memory is flat)."""
+        """
+        Return a copy of the memory as bytes (`order` is accepted and ignored, as the memory is flat)."""
         if not self._host:
             raise _not_cpu()
         return bytes(memoryview(self))
@@ -187,14 +197,18 @@ memory = buffer
 
 
 def Alloc_mem(size: int, info: object = None) -> buffer:
-    """`size` bytes of memory for buffers (an ``MPI.buffer``, as in mpi4py); `info` hints are ignored."""
+    """
+    Allocate `size` bytes of memory for buffers and return it as an ``MPI.buffer``, as in mpi4py.
+
+    `info` hints are accepted and ignored."""
     if size < 0:
         raise err.Exception(err.ERR_ARG, f"Alloc_mem: negative size {size}")
     return buffer.allocate(size)
 
 
 def Free_mem(mem: buffer) -> None:
-    """Memory from Alloc_mem is garbage-collected; this only checks that it came from there."""
+    """
+    Free memory from Alloc_mem: it is garbage-collected, so this only checks that it came from there."""
     if not isinstance(mem, buffer):
         raise err.Exception(err.ERR_ARG, "Free_mem: not memory from Alloc_mem")
     mem.release()
@@ -217,7 +231,11 @@ BUFFER_AUTOMATIC = BufferAutomaticType("BUFFER_AUTOMATIC")
 
 
 def Attach_buffer(buf: object) -> None:
-    """Any writable buffer a message may be (DLPack and array-interface objects too); read-only is a BufferError."""
+    """
+    Attach a buffer for buffered sends: any writable buffer a message may be (read-only is a BufferError).
+
+    DLPack and array-interface objects are accepted too; fmpi's buffered sends need none, so it is only held for
+    Detach_buffer to give back."""
     if buf is not BUFFER_AUTOMATIC:
         from .buffers import byte_view
 
@@ -226,15 +244,18 @@ def Attach_buffer(buf: object) -> None:
 
 
 def Detach_buffer() -> object:
-    """The buffer attached last (it was never used: see above); an empty one if none is."""
+    """
+    Detach and return the buffer attached last (it was never used); an empty one if none is."""
     return _attached.pop() if _attached else buffer()
 
 
 def Flush_buffer() -> None:
-    """Nothing is ever pending in an attached buffer."""
+    """
+    Flush the attached buffer: nothing is ever pending in it, so this returns at once."""
 
 
 def Iflush_buffer() -> Request:
-    """Flush_buffer's non-blocking form: complete at once, nothing being pending."""
+    """
+    Start a Flush_buffer and return its Request, complete at once as nothing is ever pending."""
     return Request.completed()
 

@@ -66,14 +66,18 @@ class Message(Handled):
         return self._handle
 
     def free(self) -> None:
-        """Drop the message unreceived (mpi4py's ``Message.free``): the handle becomes MESSAGE_NULL; the
-        predefined MESSAGE_NULL and MESSAGE_NO_PROC stay themselves, as in mpi4py."""
+        """
+        Drop the message unreceived (mpi4py's ``Message.free``): the handle becomes MESSAGE_NULL.
+
+        The predefined MESSAGE_NULL and MESSAGE_NO_PROC stay themselves, as in mpi4py."""
         if not self._name:
             self._payload = None
 
     def __reduce__(self) -> str | tuple:
-        """The predefined messages travel by name (another handle on one, as another handle, of its
-        class); a matched message is this process's, so it cannot be pickled, as in mpi4py."""
+        """
+        Pickle the predefined messages by name (another handle on one, as another handle, of its class).
+
+        A matched message is this process's, so it cannot be pickled, as in mpi4py."""
         if self._name:
             return self._name
         for predefined in (MESSAGE_NULL, MESSAGE_NO_PROC):
@@ -96,6 +100,8 @@ class Message(Handled):
 
     # ------------------------------------------------------------ buffers
     def Recv(self, buf: Any, status: Status | None = None) -> None:
+        """
+        Receive the matched message into a buffer; the handle becomes MESSAGE_NULL."""
         payload, _, _ = self._take(status)
         view, unpack = receive_target(buf) if buf is not None else (memoryview(bytearray()), None)
         if len(payload) > len(view):
@@ -105,16 +111,22 @@ class Message(Handled):
             unpack(len(payload))
 
     def Irecv(self, buf: Any) -> Request:
+        """
+        Receive the matched message into a buffer and return a Request, already complete."""
         status = Status()
         self.Recv(buf, status)
         return Request.completed(None, status.Get_source(), status.Get_tag(), status.Get_count())
 
     # ------------------------------------------------------------ objects
     def recv(self, status: Status | None = None) -> Any:
+        """
+        Receive the matched message and return the Python object it carries."""
         payload, source, _ = self._take(status)
         return None if source == PROC_NULL else serialize.loads(payload)
 
     def irecv(self) -> Request:
+        """
+        Receive the matched message and return a Request, already complete, whose wait returns the object."""
         status = Status()
         value = self.recv(status)
         return Request.completed(value, status.Get_source(), status.Get_tag(), status.Get_count())
@@ -122,10 +134,14 @@ class Message(Handled):
     # ------------------------------------------------------- probes (classmethods, as mpi4py)
     @classmethod
     def Probe(cls, comm: Comm, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> Message:
+        """
+        Wait for a message from `source` with `tag` on `comm` and return it matched (as Comm.Mprobe)."""
         return mprobe(comm, source, tag, status, blocking=True)
 
     @classmethod
     def Iprobe(cls, comm: Comm, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None) -> Message | None:
+        """
+        Return a matched message from `source` with `tag` on `comm` if there is one now, else None."""
         return mprobe(comm, source, tag, status, blocking=False)
 
     probe = Probe

@@ -54,9 +54,11 @@ def _commctx_intra(comm: Any) -> tuple[Any, int]:
 
 
 def _commctx_inter(comm: Any) -> tuple[Any, int, Any, bool]:
-    """(a private duplicate of intercommunicator `comm`, a fresh tag, an intracommunicator of the
-    local group, whether the local group is the low one): made once, by the first collective call
-    that needs them, which both groups make."""
+    """
+    Return the context mpi4py.util.pkl5 uses for collectives on intercommunicator `comm`.
+
+    That is (a private duplicate of `comm`, a fresh tag, an intracommunicator of the local group, whether the local
+    group is the low one): made once, by the first collective call that needs them, which both groups make."""
     from .intracomm import Intracomm, _child_context
 
     state = _state(comm)

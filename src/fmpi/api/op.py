@@ -41,6 +41,7 @@ ArrayFn = Callable[[np.ndarray, np.ndarray, np.ndarray], Any]
 
 
 class Op(Handled):
+    """Reduction operation: predefined (SUM, MAX, ...) or made by Op.Create."""
     # `_same`: the operation this handle is another handle on (``Op(op)``), None for an original: handles
     # on one operation compare equal and share its integer handle (handles.py). `_anonymous`: a handle on a
     # user operation made from its integer handle, which in mpi4py carries no Python function (no pickling).
@@ -81,8 +82,11 @@ class Op(Handled):
 
     @classmethod
     def _from_referent(cls, referent: Op) -> Op:
-        """``fromhandle``/``fromint``: a handle on a user operation that, as mpi4py's, can reduce buffers
-        but neither be called on objects nor pickled (mpi4py finds the function by the Python object)."""
+        """
+        Return the handle ``fromhandle`` and ``fromint`` give for a user operation.
+
+        As mpi4py's, it can reduce buffers but neither be called on objects nor pickled (mpi4py finds the function
+        by the Python object)."""
         made = cls(referent)
         if made._user is not None:
             made._anonymous, made._object_fn = True, _obj_anonymous
@@ -90,7 +94,8 @@ class Op(Handled):
 
     @classmethod
     def Create(cls, function: Callable, commute: bool = False) -> Op:
-        """A user operation; `function(inbuf, inoutbuf, datatype)` updates inoutbuf in place."""
+        """
+        Create a user operation: `function(inbuf, inoutbuf, datatype)` updates inoutbuf in place."""
         if not callable(function):
             raise TypeError("Op.Create needs a callable")
 
@@ -105,6 +110,8 @@ class Op(Handled):
         return op
 
     def Is_commutative(self) -> bool:
+        """
+        Tell whether the operation is commutative."""
         if not self:
             raise err.Exception(err.ERR_OP, "invalid operation: MPI.OP_NULL")
         return self.commute
@@ -118,15 +125,18 @@ class Op(Handled):
         return self._user is None
 
     def Free(self) -> None:
-        """A user operation's handle becomes OP_NULL; freeing a predefined or null one is ERR_OP, as under MPICH."""
+        """
+        Free a user operation: the handle becomes OP_NULL (a predefined or null one is ERR_OP, as under MPICH)."""
         if not self or self._user is None:
             raise err.Exception(err.ERR_OP, f"cannot free MPI.{self.name}: " + ("null" if not self else "predefined"))
         _user_slots.pop(id(self._same if self._same is not None else self), None)  # any handle frees it, as mpi4py
         self.name, self._array_fn, self._object_fn, self._user = "OP_NULL", None, _obj_null, None
 
     def free(self) -> None:
-        """Free unless null or predefined (mpi4py's lowercase form); another handle on a predefined
-        operation (``Op(MPI.SUM)``) becomes null itself, as mpi4py's."""
+        """
+        Free unless null or predefined (mpi4py's lowercase form).
+
+        Another handle on a predefined operation (``Op(MPI.SUM)``) becomes null itself, as mpi4py's."""
         if self and self._user is not None:
             self.Free()
         elif self and self._same is not None:
@@ -149,8 +159,10 @@ class Op(Handled):
         return self._same or self
 
     def __reduce__(self) -> str | tuple:
-        """The predefined operations travel by name (another handle on one, as another handle, of its
-        class); a user operation as its function (pickled by reference) and commutativity, as in mpi4py."""
+        """
+        Pickle the predefined operations by name (another handle on one, as another handle, of its class).
+
+        A user operation is pickled as its function (by reference) and commutativity, as in mpi4py."""
         if self._anonymous:
             raise ValueError("cannot pickle user-defined reduction operation")
         if self._user is not None:
@@ -167,7 +179,8 @@ class Op(Handled):
 
     # ------------------------------------------------------------- buffers
     def check(self, dtype: np.dtype | None, type_name: str = "") -> None:
-        """Raise MPI.Exception(ERR_OP) unless this op is defined for `dtype` (all ranks raise alike)."""
+        """
+        Raise MPI.Exception(ERR_OP) unless this op is defined for `dtype` (all ranks raise alike)."""
         if dtype in self._checked:
             return
         if not self:
@@ -184,7 +197,8 @@ class Op(Handled):
         self._checked.add(dtype)
 
     def combine(self, lower: np.ndarray, higher: np.ndarray, out: np.ndarray, datatype: Any = None) -> None:
-        """out = lower op higher, elementwise; `out` may be `lower`, `higher` or another array."""
+        """
+        Compute out = lower op higher, elementwise; `out` may be `lower`, `higher` or another array."""
         if self._user is None:
             self._array_fn(lower, higher, out)
             return
@@ -200,8 +214,11 @@ class Op(Handled):
         self._call_user(_byteview(lower), _byteview(out), datatype)
 
     def _call_user(self, inbuf: buffer, inoutbuf: buffer, datatype: Any) -> None:
-        """The user's function on buffers. An exception in it ends the job, as mpi4py's (which aborts with
-        status 1): the other ranks of the collective would wait for this one's part for ever."""
+        """
+        Call the user's function on buffers.
+
+        An exception in it ends the job, as mpi4py's (which aborts with status 1): the other ranks of the collective
+        would wait for this one's part for ever."""
         try:
             self._user(inbuf, inoutbuf, datatype)
         except BaseException:
@@ -212,13 +229,15 @@ class Op(Handled):
             runtime.abort(1, "exception in user-defined reduction operation")
 
     def reducer(self, datatype: Any = None) -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
-        """`combine` bound to a datatype: what the collective algorithms call."""
+        """
+        Return `combine` bound to a datatype: what the collective algorithms call."""
         if self._user is None:
             return self._array_fn
         return lambda lower, higher, out: self.combine(lower, higher, out, datatype)
 
     def Reduce_local(self, inbuf: Any, inoutbuf: Any) -> None:
-        """inoutbuf = inbuf op inoutbuf, on this process only."""
+        """
+        Compute inoutbuf = inbuf op inoutbuf, on this process only."""
         from .collspecs import simple
 
         src, dst = simple(inbuf, False), simple(inoutbuf, True)

@@ -112,7 +112,8 @@ def _datarep(datarep: str) -> None:
 
 
 def get_address(location: Any) -> int:
-    """The address of a buffer's first byte (0 for None and MPI.BOTTOM)."""
+    """
+    Return the address of a buffer's first byte (0 for None and MPI.BOTTOM)."""
     from .constants import BOTTOM
 
     if location is None or location is BOTTOM:
@@ -124,8 +125,12 @@ def get_address(location: Any) -> int:
 
 
 def aint_add(base: int, disp: int) -> int:
+    """
+    Return the address `base` plus the displacement `disp`."""
     return int(base) + int(disp)
 
 
 def aint_diff(addr1: int, addr2: int) -> int:
+    """
+    Return the displacement from address `addr2` to address `addr1`."""
     return int(addr1) - int(addr2)

@@ -22,6 +22,7 @@ from .request import Request
 
 
 class Prequest(Request):
+    """Persistent request: a communication set up once and started many times."""
     __slots__ = ("_begin", "_freed")
 
     def __init__(self, begin: Callable[[], Request] | Request | None = None) -> None:
@@ -39,6 +40,8 @@ class Prequest(Request):
         self._freed = begin is None
 
     def Start(self) -> None:
+        """
+        Start the communication; the request is then active until a wait or test completes it."""
         if self._freed or self._begin is None:
             raise err.Exception(err.ERR_REQUEST, "Start on a freed persistent request")
         if self._op is not None:
@@ -52,12 +55,16 @@ class Prequest(Request):
 
     @classmethod
     def Startall(cls, requests: Sequence[Prequest]) -> None:
+        """
+        Start every request of `requests`."""
         for request in requests:
             request.Start()
 
     startall = Startall
 
     def Free(self) -> None:
+        """
+        Free the persistent request: the handle becomes null."""
         if self._freed:
             raise err.Exception(err.ERR_REQUEST, "Free on a null request (REQUEST_NULL)")
         self._op = None

@@ -57,15 +57,21 @@ class Pickle:
         self._threshold = THRESHOLD if threshold is None else int(threshold)
 
     def dumps(self, obj: Any) -> bytes:
+        """
+        Serialize `obj` to bytes with this pickler's dumps and PROTOCOL."""
         return self._dumps(obj) if self.PROTOCOL is None else self._dumps(obj, self.PROTOCOL)
 
     def loads(self, data: Any) -> Any:
+        """
+        Deserialize an object from `data`."""
         return self._loads(data)
 
     def dumps_oob(self, obj: Any) -> tuple[bytes, list[buffer]]:
-        """Pickle `obj` with protocol 5 (out-of-band buffers need it, whatever PROTOCOL says, as in mpi4py);
-        each buffer of THRESHOLD bytes or more is left out of the stream and returned as an ``MPI.buffer``
-        on its memory, not a copy."""
+        """
+        Serialize `obj` with protocol 5 and return (data, out-of-band buffers).
+
+        Out-of-band buffers need protocol 5, whatever PROTOCOL says, as in mpi4py; each buffer of THRESHOLD bytes or
+        more is left out of the stream and returned as an ``MPI.buffer`` on its memory, not a copy."""
         buffers: list[buffer] = []
 
         def out_of_band(buf: _pickle.PickleBuffer) -> bool:
@@ -81,6 +87,8 @@ class Pickle:
         return self._dumps(obj, protocol, buffer_callback=out_of_band), buffers
 
     def loads_oob(self, data: Any, buffers: Iterable[Any]) -> Any:
+        """
+        Deserialize an object from `data` and its out-of-band `buffers`."""
         return self._loads(data, buffers=list(buffers))
 
     def __repr__(self) -> str:

@@ -30,6 +30,7 @@ def raise_mpi(exc: TransportError) -> None:
 
 
 class Request:
+    """Request: the handle of a nonblocking operation, to wait on or test."""
     # `_same`: the request this one is a copy of (``MPI.Request(req)``), None for an original: copies of
     # one request compare equal, as handles of one MPI_Request do.
     __slots__ = ("_engine", "_op", "_finish", "_result", "_settled", "_same", "__weakref__")
@@ -57,7 +58,8 @@ class Request:
 
     @classmethod
     def completed(cls, value: Any = None, source: int = PROC_NULL, tag: int = ANY_TAG, nbytes: int = 0) -> "Request":
-        """A request that is already done (operations with PROC_NULL, for instance)."""
+        """
+        Return a request that is already done (operations with PROC_NULL, for instance)."""
         req = cls()
         req._result = (value, source, tag, nbytes)
         req._settled = False
@@ -91,22 +93,32 @@ class Request:
     # Wait and Test call Request's wait and test, not a subclass's (mpi4py's test_subclass overrides
     # them to call Wait and Test without a status).
     def Wait(self, status: Status | None = None) -> bool:
+        """
+        Wait for the request to complete, filling `status` if given."""
         Request.wait(self, status)
         return True
 
     def wait(self, status: Status | None = None) -> Any:
+        """
+        Wait for the request to complete and return its value (a received object, or None)."""
         self._wait_op()
         return self._settle(status)
 
     def Test(self, status: Status | None = None) -> bool:
+        """
+        Tell whether the request has completed, filling `status` if it has."""
         return Request.test(self, status)[0]
 
     def test(self, status: Status | None = None) -> tuple[bool, Any]:
+        """
+        Return (whether the request has completed, its value if it has)."""
         if not self._done():
             return False, None
         return True, self._settle(status)
 
     def Get_status(self, status: Status | None = None) -> bool:
+        """
+        Tell whether the request has completed, filling `status` if so, without freeing it."""
         if not self._done():
             return False
         if status is not None and self._result is not None:
@@ -115,25 +127,34 @@ class Request:
         return True
 
     def get_status(self, status: Status | None = None) -> bool:
+        """
+        Tell whether the request has completed, without freeing it (Get_status's lowercase form)."""
         return self.Get_status(status)
 
 
     @classmethod
     def Get_status_all(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> bool:
-        """MPI 4.1's; fmpi reports MPI 3.1 and, as mpi4py over such a library, raises NotImplementedError."""
+        """
+        Raise NotImplementedError: MPI 4.1's, and fmpi reports MPI 3.1, as mpi4py does over such a library."""
         raise NotImplementedError("MPI_Request_get_status_all (MPI 4.1)")
 
     @classmethod
     def Get_status_any(cls, requests: Sequence["Request"], status: Status | None = None) -> tuple[int, bool]:
+        """
+        Raise NotImplementedError: MPI 4.1's, and fmpi reports MPI 3.1, as mpi4py does over such a library."""
         raise NotImplementedError("MPI_Request_get_status_any (MPI 4.1)")
 
     @classmethod
     def Get_status_some(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> list[int] | None:
+        """
+        Raise NotImplementedError: MPI 4.1's, and fmpi reports MPI 3.1, as mpi4py does over such a library."""
         raise NotImplementedError("MPI_Request_get_status_some (MPI 4.1)")
 
     get_status_all, get_status_any, get_status_some = Get_status_all, Get_status_any, Get_status_some
 
     def Cancel(self) -> None:
+        """
+        Ask that the operation be cancelled (a wait still completes it; its status tells whether it was)."""
         if not self:
             raise err.Exception(err.ERR_REQUEST, "Cancel on a null request (REQUEST_NULL)")
         if self._op is not None and self._engine is not None:
@@ -142,13 +163,16 @@ class Request:
     cancel = Cancel
 
     def Free(self) -> None:
+        """
+        Free the request: the handle becomes null and the operation goes on unobserved."""
         if not self:
             raise err.Exception(err.ERR_REQUEST, "Free on a null request (REQUEST_NULL)")
         self._op = None
         self._settled = True
 
     def free(self) -> None:
-        """Free unless null (mpi4py's lowercase form)."""
+        """
+        Free unless null (mpi4py's lowercase form)."""
         if self:
             self.Free()
 
@@ -167,8 +191,10 @@ class Request:
     __hash__ = None  # type: ignore[assignment] - unhashable, as mpi4py's handles
 
     def __reduce__(self) -> str | tuple:
-        """REQUEST_NULL travels by name (another null handle, as another of its class); a live request is
-        this process's, so it cannot be pickled, as in mpi4py."""
+        """
+        Pickle REQUEST_NULL by name (another null handle, as another of its class).
+
+        A live request is this process's, so it cannot be pickled, as in mpi4py."""
         if self:
             raise ValueError(f"cannot pickle a live {type(self).__name__}")
         return "REQUEST_NULL" if self is REQUEST_NULL else (type(self), ())
@@ -181,10 +207,13 @@ class Request:
 
     @classmethod
     def fromhandle(cls, handle: int) -> "Request":
-        """A handle on the request `handle` names (``cls()``, a null request, for 0)."""
+        """
+        Return a handle on the request `handle` names (``cls()``, a null request, for 0)."""
         return cls() if handle == handles.NULL else cls(handles.lookup(handle, "request"))
 
     def toint(self) -> int:
+        """
+        Return the request's integer handle."""
         return self.handle
 
     def py2f(self) -> int:
@@ -206,11 +235,15 @@ class Request:
 
     @classmethod
     def Waitall(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> bool:
+        """
+        Wait for all `requests` to complete, filling `statuses` if given."""
         cls.waitall(requests, statuses)
         return True
 
     @classmethod
     def waitall(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> list[Any]:
+        """
+        Wait for all `requests` to complete and return the list of their values."""
         engine = cls._engine_of(requests)
         if engine is not None:
             try:
@@ -224,10 +257,14 @@ class Request:
 
     @classmethod
     def Waitany(cls, requests: Sequence["Request"], status: Status | None = None) -> int:
+        """
+        Wait for one of `requests` to complete and return its index (UNDEFINED if none is active)."""
         return cls.waitany(requests, status)[0]
 
     @classmethod
     def waitany(cls, requests: Sequence["Request"], status: Status | None = None) -> tuple[int, Any]:
+        """
+        Wait for one of `requests` to complete and return (its index, its value)."""
         active = [(i, r) for i, r in enumerate(requests) if not r._settled]  # (an inactive persistent request is not)
         if not active:
             return UNDEFINED, None
@@ -241,8 +278,10 @@ class Request:
 
     @classmethod
     def _some(cls, requests: Sequence["Request"], statuses: list[Status] | None, block: bool) -> tuple[list[int] | None, list[Any] | None]:
-        """(indices, values) of the active requests complete now — after waiting for one if `block` —
-        each settled; a `statuses` list gets one status per completed request, in the same order."""
+        """
+        Return (indices, values) of the active requests complete now, after waiting for one if `block`.
+
+        Each is settled; a `statuses` list gets one status per completed request, in the same order."""
         active = [(i, r) for i, r in enumerate(requests) if not r._settled]
         if not active:
             return None, None
@@ -256,33 +295,47 @@ class Request:
 
     @classmethod
     def Waitsome(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> list[int] | None:
+        """
+        Wait for at least one of `requests` to complete and return the indices of those complete."""
         return cls._some(requests, statuses, block=True)[0]
 
     @classmethod
     def waitsome(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> tuple[list[int] | None, list[Any] | None]:
+        """
+        Wait for at least one of `requests` to complete and return (indices, values) of those complete."""
         return cls._some(requests, statuses, block=True)
 
     @classmethod
     def testsome(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> tuple[list[int] | None, list[Any] | None]:
+        """
+        Return (indices, values) of the `requests` complete now."""
         return cls._some(requests, statuses, block=False)
 
     @classmethod
     def Testall(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> bool:
+        """
+        Tell whether all `requests` have completed, filling `statuses` if they have."""
         return cls.testall(requests, statuses)[0]
 
     @classmethod
     def testall(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> tuple[bool, list[Any] | None]:
+        """
+        Return (whether all `requests` have completed, the list of their values if they have)."""
         if not all(r._done() for r in requests):
             return False, None
         return True, cls.waitall(requests, statuses)
 
     @classmethod
     def Testany(cls, requests: Sequence["Request"], status: Status | None = None) -> tuple[int, bool]:
+        """
+        Return (index of a completed request or UNDEFINED, whether one completed or none is active)."""
         index, flag, _ = cls.testany(requests, status)
         return index, flag
 
     @classmethod
     def testany(cls, requests: Sequence["Request"], status: Status | None = None) -> tuple[int, bool, Any]:
+        """
+        Return (index of a completed request or UNDEFINED, whether one has, its value)."""
         active = [(i, r) for i, r in enumerate(requests) if not r._settled]  # (an inactive persistent request is not)
         if not active:
             return UNDEFINED, True, None
@@ -293,6 +346,8 @@ class Request:
 
     @classmethod
     def Testsome(cls, requests: Sequence["Request"], statuses: list[Status] | None = None) -> list[int] | None:
+        """
+        Return the indices of the `requests` complete now."""
         return cls._some(requests, statuses, block=False)[0]
 
     def __repr__(self) -> str:

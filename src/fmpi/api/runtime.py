@@ -51,12 +51,11 @@ state = _State()
 
 
 def initialize(session: "RankSession | None" = None) -> None:
-    """Join the job (or become a world of one). Idempotent.
-
-    A caller that has joined already (the Lambda handler, which must handle a
-    refused join itself) passes its `session`; otherwise the rank joins from
-    the environment fmpirun set.
     """
+    Join the job (or become a world of one); calling it again does nothing.
+
+    A caller that has joined already (the Lambda handler, which must handle a refused join itself) passes its
+    `session`; otherwise the rank joins from the environment fmpirun set."""
     from ..rank.join import join
     from ..rank.spec import RankSpec, SpecError, slot_in_environment
     from ..wire.errors import RelayError
@@ -117,8 +116,11 @@ def _errhandler_from_rc():
 
 
 def set_abort_status(status: int) -> None:
-    """``MPI._set_abort_status``, as mpi4py's: what mpi4py.run and mpi4py.futures call when the program ends
-    on an exception, so that at exit, MPI still running, the job is aborted with `status` (0: not)."""
+    """
+    Set the status the job is aborted with at exit, MPI still running (0: no abort).
+
+    This is mpi4py's ``MPI._set_abort_status``: what mpi4py.run and mpi4py.futures call when the program ends on an
+    exception."""
     state.abort_status = int(operator.index(status))
 
 
@@ -131,6 +133,8 @@ def _at_exit() -> None:
 
 
 def finalize() -> None:
+    """
+    Leave the job: what MPI.Finalize and the exit of a process that has not called it do."""
     with state.lock:
         if state.finalized or not state.initialized:
             return
@@ -207,14 +211,20 @@ def _where_the_program_was(tb) -> str:
 
 
 def wtime() -> float:
+    """
+    Return a monotonic wall-clock time in seconds (``time.perf_counter``)."""
     return time.perf_counter()
 
 
 def wtick() -> float:
+    """
+    Return the resolution of wtime in seconds."""
     return time.get_clock_info("perf_counter").resolution
 
 
 def processor_name() -> str:
+    """
+    Return this host's name."""
     return socket.gethostname()
 
 

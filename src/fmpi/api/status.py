@@ -12,8 +12,10 @@ _EMPTY = (0, 0, ANY_SOURCE, ANY_TAG, 0)  # an empty status's five C ints (see St
 
 
 class Status:
-    """Its fields live in five C ints laid out as MPICH's ``MPI_Status`` (count low word, count high
-    bits and the cancelled flag, source, tag, error), so ``tomemory()`` can hand them out writable."""
+    """Status of a received message: its source, tag, error, size and whether it was cancelled.
+
+    Its fields live in five C ints laid out as MPICH's ``MPI_Status`` (count low word, count high bits and the
+    cancelled flag, source, tag, error), so ``tomemory()`` can hand them out writable."""
 
     __slots__ = ("_fields", "__weakref__")
 
@@ -51,7 +53,8 @@ class Status:
         self._fields[1] = (self._fields[1] & ~1) | int(bool(flag))
 
     def tomemory(self) -> memoryview:
-        """The status's memory (five C ints, as MPICH's MPI_Status), writable: writes change the status."""
+        """
+        Return the status's memory (five C ints, as MPICH's MPI_Status), writable: writes change the status."""
         return memoryview(self._fields)
 
     def __reduce__(self) -> tuple:
@@ -67,37 +70,54 @@ class Status:
         return _rebuild(cls, [int(arg[i]) for i in range(len(_EMPTY))])
 
     def Get_source(self) -> int:
+        """
+        Return the rank of the message's source."""
         return self.source
 
     def Set_source(self, source: int) -> None:
+        """
+        Set the rank of the message's source."""
         self.source = source
 
     def Get_tag(self) -> int:
+        """
+        Return the message's tag."""
         return self.tag
 
     def Set_tag(self, tag: int) -> None:
+        """
+        Set the message's tag."""
         self.tag = tag
 
     def Get_error(self) -> int:
+        """
+        Return the error code of the operation."""
         return self.error
 
     def Set_error(self, error: int) -> None:
+        """
+        Set the error code of the operation."""
         self.error = error
 
     def Get_count(self, datatype: Datatype = DATATYPES["BYTE"]) -> int:
+        """
+        Return the number of `datatype` elements received (UNDEFINED if the bytes are not a whole number of them)."""
         size = datatype._live().size  # DATATYPE_NULL: ERR_TYPE, as MPICH
         if size == 0:
             return 0
         return self._nbytes // size if self._nbytes % size == 0 else -32766  # MPI_UNDEFINED
 
     def Get_elements(self, datatype: Datatype) -> int:
-        """Basic elements received: for a derived datatype of one element type, the number of those."""
+        """
+        Return the number of basic elements received: for a derived type of one element type, the number of those."""
         dtype = datatype._live().dtype
         if dtype is None or datatype._t.predefined or not dtype.itemsize:
             return self.Get_count(datatype)
         return self._nbytes // dtype.itemsize
 
     def Set_elements(self, datatype: Datatype, count: int) -> None:
+        """
+        Set the size received to `count` elements of `datatype`."""
         self._nbytes = count * datatype._live().size
 
     @property
@@ -109,9 +129,13 @@ class Status:
         self.Set_elements(DATATYPES["BYTE"], count)
 
     def Is_cancelled(self) -> bool:
+        """
+        Tell whether the operation was cancelled."""
         return self._cancelled
 
     def Set_cancelled(self, flag: bool) -> None:
+        """
+        Set whether the operation was cancelled."""
         self._cancelled = bool(flag)
 
     cancelled = property(Is_cancelled, Set_cancelled)

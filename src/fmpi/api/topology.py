@@ -188,10 +188,14 @@ class Cartcomm(Topocomm):
         return edges, edges, order
 
     def Get_topology(self) -> int:
+        """
+        Return the topology type: CART."""
         self._live()
         return CART
 
     def Get_dim(self) -> int:
+        """
+        Return the number of dimensions of the grid."""
         return len(self._dims)
 
     @property
@@ -201,6 +205,8 @@ class Cartcomm(Topocomm):
     dim = ndim
 
     def Get_topo(self) -> tuple[list[int], list[int], list[int]]:
+        """
+        Return (dims, periods, this process's coordinates)."""
         return list(self._dims), [int(p) for p in self._periods], self.Get_coords(self.rank)
     @property
     def topo(self) -> tuple[list[int], list[int], list[int]]:
@@ -211,6 +217,8 @@ class Cartcomm(Topocomm):
         return self.Get_coords(self.rank)
 
     def Get_coords(self, rank: int) -> list[int]:
+        """
+        Return the grid coordinates of `rank`."""
         if not 0 <= rank < self.size:
             raise err.Exception(err.ERR_RANK, f"invalid rank {rank} for a grid of {self.size}")
         coords = []
@@ -220,6 +228,8 @@ class Cartcomm(Topocomm):
         return coords[::-1]
 
     def Get_cart_rank(self, coords: Sequence[int]) -> int:
+        """
+        Return the rank at grid coordinates `coords`."""
         rank = 0
         if len(coords) != len(self._dims):
             raise err.Exception(err.ERR_ARG, f"coordinates {list(coords)} do not fit the grid {self._dims}")
@@ -232,7 +242,8 @@ class Cartcomm(Topocomm):
         return rank
 
     def Shift(self, direction: int, disp: int) -> tuple[int, int]:
-        """(source, dest) for a shift by `disp` along `direction`; PROC_NULL off a non-periodic edge."""
+        """
+        Return (source, dest) for a shift by `disp` along `direction`; PROC_NULL off a non-periodic edge."""
 
         if not 0 <= direction < len(self._dims):
             raise err.Exception(err.ERR_ARG, f"direction {direction} is not a dimension of {self._dims}")
@@ -249,7 +260,8 @@ class Cartcomm(Topocomm):
         return neighbour(-disp), neighbour(disp)
 
     def Sub(self, remain_dims: Sequence[bool]) -> "Cartcomm":
-        """The sub-grids that keep the dimensions marked True (one per combination of the others)."""
+        """
+        Split the grid into sub-grids that keep the dimensions marked True (one per combination of the others)."""
         keep = [bool(r) for r in remain_dims]
         coords = self.coords
         color = 0
