@@ -224,21 +224,24 @@ def Close_port(port_name: str) -> None:
 
 
 def Publish_name(service_name: str, port_name: str, info: "Info | None" = None) -> None:
-    """Publish `port_name` under `service_name` at the relay of this job (see ``api/names.py``); `info` is ignored."""
+    """
+    Publish `port_name` under `service_name` at the relay of this job (see ``api/names.py``); `info` is ignored."""
     from .api.names import publish_name
 
     publish_name(service_name, port_name, info)
 
 
 def Unpublish_name(service_name: str, port_name: str, info: "Info | None" = None) -> None:
-    """Withdraw `service_name`, published with `port_name`; `info` is ignored."""
+    """
+    Withdraw `service_name`, published with `port_name`; `info` is ignored."""
     from .api.names import unpublish_name
 
     unpublish_name(service_name, port_name, info)
 
 
 def Lookup_name(service_name: str, info: "Info | None" = None) -> str:
-    """The port name published under `service_name` at the relay of this job; `info` is ignored."""
+    """
+    Return the port name published under `service_name` at the relay of this job; `info` is ignored."""
     from .api.names import lookup_name
 
     return lookup_name(service_name, info)

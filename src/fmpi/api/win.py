@@ -36,12 +36,13 @@ from .info import Info
 from .memory import buffer
 from .packing import get_address
 from .rma_calls import RmaCalls
-from .rma_constants import LOCK_EXCLUSIVE, LOCK_SHARED, MODE_NOPRECEDE
+from .rma_constants import MODE_NOPRECEDE
 from .rma_constants import WIN_FLAVOR_ALLOCATE, WIN_FLAVOR_CREATE, WIN_FLAVOR_DYNAMIC, WIN_FLAVOR_SHARED
 from .rma_target import FLUSH, LOCK, NO_ANSWER, UNLOCK, RmaError, TargetService
 from .win_active import ActiveTarget
 from .win_attributes import WinAttributes
 from .win_fence import FenceCounts, counts, fence_by_counts
+from .win_passive import PassiveTarget
 from .win_memory import shared_segments, window_memory
 from .win_relay import RelayMemory, wanted
 
@@ -89,7 +90,7 @@ class _Window:
         raise RmaError(f"address {disp:#x} is in no memory attached to the dynamic window")
 
 
-class Win(RmaCalls, ActiveTarget, WinAttributes):
+class Win(RmaCalls, ActiveTarget, PassiveTarget, WinAttributes):
     """Window: memory of each process of a communicator that the others may access (one-sided communication)."""
     def __init__(self, win: Win | None = None) -> None:
         """``Win()``: a null handle; ``Win(win)``: another handle on `win`'s window."""
@@ -115,7 +116,8 @@ class Win(RmaCalls, ActiveTarget, WinAttributes):
     # =============================================================== creation
     @classmethod
     def Create(cls, memory: Any, disp_unit: int = 1, info: Any = None, comm: Any = None) -> Win:
-        """\nCreate a window over `memory` on every process of `comm` (collective)."""
+        """
+        Create a window over `memory` on every process of `comm` (collective)."""
         comm = _comm(comm)
         if memory is BOTTOM:
             memory = None
@@ -124,14 +126,16 @@ class Win(RmaCalls, ActiveTarget, WinAttributes):
 
     @classmethod
     def Allocate(cls, size: int, disp_unit: int = 1, info: Any = None, comm: Any = None) -> Win:
-        """\nCreate a window over `size` new bytes on every process of `comm` (collective)."""
+        """
+        Create a window over `size` new bytes on every process of `comm` (collective)."""
         from .win_allocated import allocate  # (it subclasses Win)
 
         return allocate(cls, _comm(comm), _size(size), _unit(disp_unit), info)
 
     @classmethod
     def Allocate_shared(cls, size: int, disp_unit: int = 1, info: Any = None, comm: Any = None) -> Win:
-        """\nCreate a window over `size` new bytes per process, loaded and stored directly by all of `comm`."""
+        """
+        Create a window over `size` new bytes per process, loaded and stored directly by all of `comm`."""
         comm = _comm(comm)
         segments = shared_segments(comm, _size(size))
         mine = segments[comm.Get_rank()]
@@ -141,7 +145,8 @@ class Win(RmaCalls, ActiveTarget, WinAttributes):
 
     @classmethod
     def Create_dynamic(cls, info: Any = None, comm: Any = None) -> Win:
-        """\nCreate a window with no memory yet, which each process then attaches (collective)."""
+        """
+        Create a window with no memory yet, which each process then attaches (collective)."""
         return cls._of(_Window(_comm(comm), None, 0, 1, WIN_FLAVOR_DYNAMIC))
 
     @classmethod
@@ -156,7 +161,8 @@ class Win(RmaCalls, ActiveTarget, WinAttributes):
         return self._w
 
     def Free(self) -> None:
-        """\nFree the window once every process is done with it (collective): the handle becomes null."""
+        """
+        Free the window once every process is done with it (collective): the handle becomes null."""
         w = self._live()
         keyvals.delete_all("win", self, w.attrs)  # (MPI runs the attributes' delete_fn first)
         if w.relay is not None:
@@ -171,17 +177,20 @@ class Win(RmaCalls, ActiveTarget, WinAttributes):
         self._w = None
 
     def free(self) -> None:
-        """\nFree the window unless it is null or already freed (mpi4py's lowercase form)."""
+        """
+        Free the window unless it is null or already freed (mpi4py's lowercase form)."""
         if self._w is not None:
             self.Free()
 
     def __buffer__(self, flags: int) -> memoryview:
-        """\nReturn this rank's window memory for ``memoryview(win)``, as mpi4py's ``Win`` (``mpi4py.util.sync``).
+        """
+        Return this rank's window memory for ``memoryview(win)``, as mpi4py's ``Win`` (``mpi4py.util.sync``).
         Python 3.12+ (PEP 688) calls this; on 3.11 Python classes cannot export buffers: only Allocate's windows do."""
         return memoryview(self._live().view)
 
     def Attach(self, memory: Any) -> None:
-        """\nAttach `memory` to a dynamic window."""
+        """
+        Attach `memory` to a dynamic window."""
         w = self._live()
         if w.flavor != WIN_FLAVOR_DYNAMIC:
             raise err.Exception(err.ERR_RMA_FLAVOR, "Win.Attach needs a window from Win.Create_dynamic")
@@ -189,7 +198,8 @@ class Win(RmaCalls, ActiveTarget, WinAttributes):
         w.attached.append((get_address(view), view))
 
     def Detach(self, memory: Any) -> None:
-        """\nDetach `memory` from a dynamic window."""
+        """
+        Detach `memory` from a dynamic window."""
         w = self._live()
         address = get_address(byte_view(memory, True)[0])
         kept = [(a, m) for a, m in w.attached if a != address]
@@ -198,7 +208,8 @@ class Win(RmaCalls, ActiveTarget, WinAttributes):
         w.attached = kept
 
     def Shared_query(self, rank: int) -> tuple[Any, int]:
-        """\nReturn (the memory, the displacement unit) of `rank`'s part of a shared window."""
+        """
+        Return (the memory, the displacement unit) of `rank`'s part of a shared window."""
         w = self._live()
         if w.flavor != WIN_FLAVOR_SHARED:
             raise err.Exception(err.ERR_RMA_FLAVOR, "Win.Shared_query needs a window from Win.Allocate_shared")
@@ -207,7 +218,8 @@ class Win(RmaCalls, ActiveTarget, WinAttributes):
         return w.segments[rank], w.sizes[rank][1]
 
     def tomemory(self) -> Any:
-        """\nReturn this process's window memory."""
+        """
+        Return this process's window memory."""
         return self._live().memory
 
     # ======================================================== helpers (calls)
@@ -297,7 +309,8 @@ class Win(RmaCalls, ActiveTarget, WinAttributes):
 
     # ========================================================= synchronization
     def Fence(self, assertion: int = 0) -> None:
-        """\nClose one access epoch and open the next on every process of the window (collective)."""
+        """
+        Close one access epoch and open the next on every process of the window (collective)."""
         w = self._live()
         if w.relay is not None:
             w.relay.fence()
@@ -309,77 +322,6 @@ class Win(RmaCalls, ActiveTarget, WinAttributes):
         else:
             self._flush(sorted(w.touched))
             w.sync.Barrier()
-
-    def Lock(self, rank: int, lock_type: int = LOCK_EXCLUSIVE, assertion: int = 0) -> None:
-        """\nStart an access epoch on `rank`'s window, with an exclusive or shared lock."""
-        if rank == PROC_NULL:
-            return
-        self._target(rank)
-        if lock_type not in (LOCK_EXCLUSIVE, LOCK_SHARED):
-            raise err.Exception(err.ERR_LOCKTYPE, f"invalid lock type {lock_type}")
-        w = self._w
-        if rank in w.locked:
-            raise err.Exception(err.ERR_RMA_SYNC, f"Win.Lock: this rank already holds a lock on rank {rank}")
-        if w.relay is not None:
-            w.relay.lock(rank, lock_type == LOCK_EXCLUSIVE)
-        elif rank == w.me:
-            self._ask(rank, LOCK, (lock_type,))  # (this rank's operations on its own window apply at once: wait)
-        else:
-            # Lazy, as MPI allows and MPICH does: the request goes out and Lock returns; the target holds
-            # this rank's later requests until it grants the lock. Lock, Put, Unlock is then one round trip.
-            w.requests.send((lock_type, NO_ANSWER), rank, w.fence.tag(LOCK, rank))
-            w.touched.add(rank)  # (a Flush waits for the grant, even with no operation since)
-        w.locked.add(rank)
-
-    def Unlock(self, rank: int) -> None:
-        """\nEnd the access epoch on `rank`'s window: the operations on it are complete there."""
-        if rank == PROC_NULL:
-            return
-        self._target(rank)
-        w = self._w
-        if rank not in w.locked:
-            raise err.Exception(err.ERR_RMA_SYNC, f"Win.Unlock: this rank holds no lock on rank {rank}")
-        w.locked.discard(rank)
-        self._flush([rank], UNLOCK)
-
-    def Lock_all(self, assertion: int = 0) -> None:
-        """\nStart an access epoch on every rank's window, with shared locks."""
-        for rank in range(len(self._live().sizes)):
-            self.Lock(rank, LOCK_SHARED)
-
-    def Unlock_all(self) -> None:
-        """\nEnd the access epochs Lock_all started: the operations on every rank are complete there."""
-        w = self._live()
-        ranks = range(len(w.sizes))
-        if not w.locked.issuperset(ranks):
-            raise err.Exception(err.ERR_RMA_SYNC, "Win.Unlock_all: this rank holds no lock on some rank (Lock_all first)")
-        w.locked.clear()
-        self._flush(ranks, UNLOCK)
-
-    def Flush(self, rank: int) -> None:
-        """\nComplete the operations on `rank`'s window: a round trip only if something sent to it is unanswered."""
-        if rank != PROC_NULL:
-            self._target(rank)
-            if rank in self._w.touched or self._w.relay is not None:
-                self._flush([rank])
-
-    def Flush_all(self) -> None:
-        """\nComplete the operations on every rank's window."""
-        self._flush(sorted(self._live().touched))
-
-    def Flush_local(self, rank: int) -> None:
-        """\nComplete the operations to `rank` locally: at once, as an origin buffer is free when its call returns."""
-        self._live()
-
-    def Flush_local_all(self) -> None:
-        """\nComplete the operations locally: nothing to wait for, as an origin buffer is free when its call returns."""
-        self._live()
-
-    def Sync(self) -> None:
-        """\nSynchronize the public and private copies: one memory (``WIN_UNIFIED``), so nothing to do locally."""
-        w = self._live()
-        if w.relay is not None:
-            w.relay.sync()
 
     def __repr__(self) -> str:
         return "<fmpi.MPI.Win WIN_NULL>" if self._w is None else f"<fmpi.MPI.Win {self._w.name or id(self._w):}>"
