@@ -168,16 +168,23 @@ for target in (2, -1, [0, 4, MPI.INT]):
         win.Put(np.zeros(2, dtype="i"), 0, target=target)
     except MPI.Exception as exc:
         print(target, "refused", exc.Get_error_class() == MPI.ERR_RMA_RANGE)
+for call in (win.Put, win.Accumulate):  # more data than the target's count and datatype hold
+    try:
+        call(np.zeros(3, dtype="i"), 0, target=[0, 2, MPI.INT])
+    except MPI.Exception as exc:
+        print(call.__name__, "refused", exc.Get_error_class() == MPI.ERR_RMA_RANGE)
 win.Fence()
 win.Free()
 """
 
 
 def test_an_access_outside_the_target_window_is_refused_at_the_origin(program, fmpi):
-    """(MPICH writes past the window on one host; fmpi knows every window's size and refuses.)"""
+    """(MPICH writes past the window on one host, and cuts data too large for the target's count and datatype;
+    fmpi knows every window's size and refuses both, at the origin: a fence does not ask the targets.)"""
     run = fmpi(2, program(OUTSIDE))
     assert run.returncode == 0, run.stderr[-3000:]
-    assert run.sorted_lines() == sorted(f"{t} refused True" for t in ("2", "-1", "[0, 4, <fmpi.MPI.Datatype MPI_INT>]") for _ in (0, 1))
+    refused = ("2", "-1", "[0, 4, <fmpi.MPI.Datatype MPI_INT>]", "Put", "Accumulate")
+    assert run.sorted_lines() == sorted(f"{t} refused True" for t in refused for _ in (0, 1))
 
 
 def test_shared_and_dynamic_windows_as_under_mpich(program, fmpi, mpich):
@@ -390,7 +397,7 @@ print(rank, "fenced", mem.tolist())
 
 @pytest.mark.parametrize("n", [2, 4])
 def test_a_fence_returns_with_every_origins_operations_of_its_epoch_applied(as_under_mpich, n):
-    """Fences go by counts (api/win_fence.py): one Reduce_scatter_block tells each target how many puts and
+    """Fences go by counts (api/win_fence.py): one Allreduce of the counts tells each target how many puts and
     accumulates to wait for, and the next epoch's requests, which may arrive while a target still waits,
     are counted apart. Each rank checks its own memory after every closing fence, with a late origin per
     epoch."""

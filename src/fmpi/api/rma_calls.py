@@ -73,6 +73,7 @@ class RmaCalls:
         msg = message(origin, False)
         disp, count, datatype = _target_spec(target, msg.count, msg.datatype)
         self._check_range(target_rank, disp, count, datatype)
+        _fits(len(msg.view), count, datatype)
         self._send_request(target_rank, PUT, (disp, count, datatype, _bytes(msg.view)))
 
     def Get(self, origin: Any, target_rank: int, target: Any = None) -> None:
@@ -91,7 +92,9 @@ class RmaCalls:
         msg = message(origin, False)
         disp, count, datatype = _target_spec(target, msg.count, msg.datatype)
         self._check_range(target_rank, disp, count, datatype)
+        _fits(len(msg.view), count, datatype)
         op.check(msg.datatype.dtype, msg.datatype.name)
+        op.check(datatype.dtype, datatype.name)  # (the target's too: its refusal would reach nobody)
         self._send_request(target_rank, ACC, (disp, count, datatype, op.name, _bytes(msg.view)))
 
     def Get_accumulate(
@@ -155,6 +158,15 @@ def _single(msg: Any, what: str) -> Any:
     if msg.count != 1:
         raise ValueError(f"{what}: expecting a single element, got {msg.count}")
     return msg
+
+
+def _fits(nbytes: int, count: int, datatype: Datatype) -> None:
+    """Refuse at the origin the data that would not fit its target's count and datatype: the target would
+    only find out after this rank's fence had moved on (fences do not ask the targets: win_fence)."""
+    room = count * datatype.Get_size()
+    if nbytes > room:
+        raise err.Exception(err.ERR_RMA_RANGE, f"{nbytes} bytes do not fit {count} x {datatype.name or 'datatype'} "
+                            f"({room} bytes) at the target")
 
 
 def _same_type(origin: Any, other: Any, what: str) -> None:

@@ -2,7 +2,7 @@
 
 Puts and accumulates are not answered (``rma_calls``). Flushing every target at a fence (a FLUSH each, then
 a barrier) costs a round trip plus a barrier. Instead each origin counts what it sent each target in the
-epoch, and one ``Reduce_scatter_block`` tells every target how many requests to expect; the target waits
+epoch, and one ``Allreduce`` of the counts tells every target how many requests to expect; the target waits
 until it has applied that many (its engine applies them where they are read: ``rma_target``). No barrier
 follows: the collective already means every rank has entered the fence, so the next epoch's requests may
 arrive — they carry the next epoch's number in their tag (``request_tag``) and are counted apart.
@@ -45,9 +45,11 @@ def counts(w: Any) -> bool:
 def fence_by_counts(w: Any, tag: int) -> None:
     """End the fence epoch of window `w` (every rank calls this): each target waits for what was sent it."""
     fence = w.fence
-    expected = np.zeros(1, dtype=np.int64)
-    w.sync.Reduce_scatter_block(fence.sent, expected, SUM)
-    if not w.service.reached(fence.epoch, int(expected[0]), tag):
+    # (An Allreduce of the counts rather than a Reduce_scatter_block: as fast as a barrier here, which the
+    # latter is not — 40 % slower at N = 4, benchmarks of the two in one run; N int64s even at 4,096 ranks.)
+    totals = np.empty_like(fence.sent)
+    w.sync.Allreduce(fence.sent, totals, SUM)
+    if not w.service.reached(fence.epoch, int(totals[w.me]), tag):
         w.replies.recv(source=w.me, tag=tag)  # (the service's word: the last one is applied)
     fence.epoch += 1
     fence.sent[:] = 0
