@@ -53,6 +53,11 @@ def wait_for_file(condition: Callable[[], bool], timeout: float) -> None:
         time.sleep(0.05)
 
 
+def written_lines(directory: Path, pattern: str = "*.txt") -> list[str]:
+    """The lines the ranks of a job wrote to files in `directory` (one file each), sorted."""
+    return sorted(line for f in directory.glob(pattern) for line in f.read_text().splitlines())
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

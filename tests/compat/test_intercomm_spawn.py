@@ -11,15 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tests_support import written_lines
 
 HERE = Path(__file__).resolve().parent
 INTERCOMM = HERE.parent / "collectives" / "programs" / "diff_intercomm.py"
 SPAWN = HERE / "programs" / "spawn_workers.py"
 SPAWN_ARGUMENTS = HERE / "programs" / "spawn_arguments.py"
 
-
-def _lines(directory: Path) -> list[str]:
-    return sorted(line for f in directory.glob("*.txt") for line in f.read_text().splitlines())
 
 
 def _both(fmpi, mpich, tmp_path: Path, n: int, program: Path) -> tuple[list[str], list[str]]:
@@ -30,7 +28,7 @@ def _both(fmpi, mpich, tmp_path: Path, n: int, program: Path) -> tuple[list[str]
     assert a.returncode == 0, a.stderr[-3000:]
     b = mpich(n, program, str(ref))
     assert b.returncode == 0, b.stderr[-3000:]
-    return _lines(ours), _lines(ref)
+    return written_lines(ours), written_lines(ref)
 
 
 @pytest.mark.parametrize("n", [2, 3, 4])

@@ -13,13 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tests_support import fmpirun_argv
+from tests_support import fmpirun_argv, written_lines
 
 NAMES = Path(__file__).resolve().parent / "programs" / "names_publish_lookup.py"
 
-
-def _lines(directory: Path) -> list[str]:
-    return sorted(line for f in directory.glob("*.txt") for line in f.read_text().splitlines())
 
 
 @pytest.mark.parametrize("n", [2, 3])
@@ -31,8 +28,8 @@ def test_publish_lookup_unpublish_as_mpich(fmpi, mpich, tmp_path, n):
     assert run.returncode == 0, run.stderr[-3000:]
     run = mpich(n, NAMES, str(ref), timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert _lines(ours) == _lines(ref)
-    assert "publish again 0 error ERR_NAME" in _lines(ours) and "client got 1 {'hello': 'from the server'}" in _lines(ours)
+    assert written_lines(ours) == written_lines(ref)
+    assert "publish again 0 error ERR_NAME" in written_lines(ours) and "client got 1 {'hello': 'from the server'}" in written_lines(ours)
 
 
 def test_where_fmpi_is_stricter_than_mpich(fmpi, program):

@@ -13,13 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tests_support import fmpirun_argv
+from tests_support import fmpirun_argv, written_lines
 
 PORTS = Path(__file__).resolve().parent / "programs" / "ports_accept_connect.py"
 
-
-def _lines(directory: Path) -> list[str]:
-    return sorted(line for f in directory.glob("*.txt") for line in f.read_text().splitlines())
 
 
 @pytest.mark.parametrize("n", [2, 3])
@@ -31,8 +28,8 @@ def test_accept_connect_and_join_as_mpich(fmpi, mpich, tmp_path, n):
     assert run.returncode == 0, run.stderr[-3000:]
     run = mpich(n, PORTS, str(ref), timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert _lines(ours) == _lines(ref)
-    assert "join 1 1 1 0" in _lines(ours) and len(_lines(ours)) == 33 + 10 * (n - 2)
+    assert written_lines(ours) == written_lines(ref)
+    assert "join 1 1 1 0" in written_lines(ours) and len(written_lines(ours)) == 33 + 10 * (n - 2)
 
 
 def test_a_bad_port_name_is_an_mpi_error_on_every_rank(fmpi, program):
