@@ -35,12 +35,15 @@ suite = load_script("benchmarks/compat/mpi4py_suite.py", "mpi4py_suite_for_stage
 NS = (1, 2, 4)
 SHARE_OF_MPICH = 0.90  # the issue's goal: fmpi passes at least 90 % of the tests MPICH passes, at each N
 # Runner options per (file, N) job: a job with no test progress for STALL s, or running TIMEOUT s, is killed
-# (and the file run again without the finished and hung tests, MAX_RESTARTS times).
-TIMEOUT, STALL, MAX_RESTARTS = 600, 120, 1
+# (and the file run again without the finished and hung tests, MAX_RESTARTS times). Generous: under load one
+# test of test_util_dtlib (testStruct1) took over 60 s at N = 2, test_rma takes ~240 s at N = 4 idle.
+TIMEOUT, STALL, MAX_RESTARTS = 900, 240, 1
 WORKERS = int(os.environ.get("FMPI_SUITE_WORKERS", "2"))
-# Files that take longest (seconds measured on the 2-core machine, N = 4): started first, so that the
-# concurrent jobs end together rather than one long file running alone at the end.
-LONG_FILES = {"test_rma": 240, "test_rma_nb": 90, "test_util_pool": 60, "test_spawn": 60, "test_util_pkl5": 60}
+# Seconds the longest files took at N = 2, one job at a time (2-core machine, load 5-9): jobs start longest
+# first (seconds x N), so that the concurrent jobs end together rather than one long file running alone last.
+LONG_FILES = {"test_util_dtlib": 140, "test_rma_nb": 135, "test_rma": 130, "test_spawn": 120, "test_msgspec": 75, "test_cco_ngh_buf": 50,
+              "test_cco_pr_ngh_buf": 47, "test_cco_pr_vec": 35, "test_p2p_buf": 34, "test_pack": 33, "test_datatype": 30, "test_cco_pr_buf": 26,
+              "test_cco_vec": 24, "test_p2p_buf_matched": 22}
 
 NO_C_API = "no C API: fmpi is pure Python and will never have mpi4py's C headers, libmpi, the MPI ABI or mpi4py.profile"
 PKL5 = "testPickle5 checks that large pkl5 buffers are not copied; fmpi copies them (being fixed)"
@@ -49,8 +52,9 @@ DOC = "a recursion error in test_doc's own docstring walk over fmpi.MPI (being f
 NAMES = "Publish_name/Lookup_name: fmpi has no name service (being fixed); at N = 1 the test skips, as under MPICH"
 RMA4 = "slow at N = 4 (test_rma ~240 s idle): stalls under load (RMA speed being fixed)"
 
-# Expected failures, keyed by (file, test id without the file's prefix, or '*' for the whole file, N).
-# A '*' entry allows any failure, error, hang or crash in that file at that N, and requires at least one.
+# Expected failures, keyed by (file, test id without the file's prefix, or '*' for the whole file, N). Strict:
+# a test entry requires that test to fail or error, a '*' entry allows any failure, error, hang or crash in
+# that file at that N and requires at least one. Delete an entry when its test is fixed.
 EXPECTED_FAILURES: dict[tuple[str, str, int], str] = {
     ("test_package", "*", 1): NO_C_API,
     ("test_package", "*", 2): NO_C_API,
@@ -81,8 +85,13 @@ EXPECTED_FAILURES: dict[tuple[str, str, int], str] = {
     ("test_doc", "TestDoc.testDoc", 4): DOC,
     ("test_dynproc", "TestDPM.testNamePublishing", 2): NAMES,
     ("test_dynproc", "TestDPM.testNamePublishing", 4): NAMES,
-    ("test_rma", "*", 4): RMA4,
-    ("test_rma_nb", "*", 4): RMA4,
+}
+# Files that may stall at an N, and only stall (a test killed for making no progress, and the tests it kept from
+# running): not strict, because whether they do depends on the machine's load, not on fmpi. A failure or an
+# error in them still fails the stage.
+MAY_STALL: dict[tuple[str, int], str] = {
+    ("test_rma", 4): RMA4,
+    ("test_rma_nb", 4): RMA4,
 }
 
 BAD = ("failure", "error", "hang", "crash", "notrun")
@@ -95,9 +104,10 @@ def load_reference() -> dict[int, dict[str, dict]]:
     return {int(n): {f: dict(zip(cols, row)) for f, row in per.items()} for n, per in ref["files"].items()}
 
 
-def verdict(results: list[dict], expected: dict[tuple[str, str, int], str]) -> list[str]:
+def verdict(results: list[dict], expected: dict[tuple[str, str, int], str], may_stall: dict[tuple[str, int], str] | None = None) -> list[str]:
     """What in the fmpi results (the runner's per-(file, N) records) breaks the stage: unexpected failures,
     bad file statuses, and expected failures that no longer happen."""
+    may_stall = MAY_STALL if may_stall is None else may_stall
     problems: list[str] = []
     used: set[tuple[str, str, int]] = set()
     ran = {(r["file"], r["n"]) for r in results}
@@ -111,6 +121,8 @@ def verdict(results: list[dict], expected: dict[tuple[str, str, int], str]) -> l
             continue
         for short, e in bad.items():
             key = (f, short, n)
+            if (f, n) in may_stall and e["outcome"] in ("hang", "notrun"):
+                continue
             if key in expected:
                 used.add(key)  # a hang or crash of it is still reported: an entry expects a failure or an error
                 if e["outcome"] in ("failure", "error"):
@@ -158,7 +170,7 @@ def markdown(results: list[dict], ref: dict[int, dict[str, dict]], expected: dic
             r, m = by.get((n, f)), ref.get(n, {}).get(f)
             mine = [str(r["counts"][k]) for k in keys] + [r["status"], f"{r['duration']:.0f}"] if r else ["–"] * 7
             theirs = [str(m[k]) for k in keys] if m else ["–"] * 5
-            exp = ", ".join(t for (ef, t, en) in expected if ef == f and en == n)
+            exp = ", ".join([t for (ef, t, en) in expected if ef == f and en == n] + (["may stall"] if (f, n) in MAY_STALL else []))
             lines.append(f"| {f} | " + " | ".join(mine + theirs) + f" | {exp} |")
     return "\n".join(lines) + "\n"
 
@@ -181,7 +193,7 @@ def _run_job(f: str, n: int, parts: Path, cache: str | None) -> dict:
 def run_whole_suite(parts: Path, cache: str | None, workers: int) -> list[dict]:
     testdir = suite.ensure_suite(Path(cache) if cache else suite.DEFAULT_CACHE)  # once, before concurrent runners read it
     files = suite.list_files(testdir, [])
-    jobs = sorted(((f, n) for n in NS for f in files), key=lambda j: (-LONG_FILES.get(j[0], 0) * j[1], -j[1], j[0]))
+    jobs = sorted(((f, n) for n in NS for f in files), key=lambda j: (-LONG_FILES.get(j[0], 3) * j[1], j[0]))
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         return list(pool.map(lambda job: _run_job(*job, parts, cache), jobs))
 
@@ -237,6 +249,10 @@ def test_the_verdict_allows_only_the_table_and_is_strict_about_it():
     assert [p.split(":")[0] + ":" + p.split(":")[1] for p in problems] == [
         "t_a N=1: A.x", "t_a N=1: A.y", "t_b N=1: file status crash (exited)", "t_c N=1: expected to fail ('*'"]
     assert "stale entry" in verdict([], {("t_z", "*", 4): "gone"})[0]
+    # A file that may stall: its hang passes, and so does a run without one; its errors do not.
+    stalled = [_record("t_r", 4, {"R.a": "passed", "R.b": "hang", "R.c": "notrun"}, status="hang")]
+    assert verdict(stalled, {}, {("t_r", 4): "slow"}) == [] and verdict([_record("t_r", 4, {"R.a": "passed"})], {}, {("t_r", 4): "slow"}) == []
+    assert verdict([_record("t_r", 4, {"R.a": "error"})], {}, {("t_r", 4): "slow"})[0].startswith("t_r N=4: R.a: error")
 
 
 def test_the_mpich_reference_is_the_whole_suite_at_each_n_and_the_table_names_real_files():
