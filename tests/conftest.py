@@ -36,6 +36,7 @@ SERIAL_MODULES = {
     "tests/util/test_retry.py": "retry pacing checked to tenths of a second",
     "tests/transport/test_link_strangers.py": "link set-up behind 100 strangers within half a second of alone",
     "tests/reliability/test_failure_detection.py": "a frozen rank named within 5 s; no false positives",
+    "tests/compat/test_mpi4py_suite_stage.py": "mpi4py's whole suite at N = 1, 2, 4 loads both cores; its stall watchdog needs them",
 }
 
 
