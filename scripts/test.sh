@@ -4,6 +4,7 @@
 #   bash scripts/test.sh          the default suite
 #   bash scripts/test.sh slow     only the slow stress/soak/fuzz stage
 #   bash scripts/test.sh localstack  only the LocalStack stage (scripts/localstack-stage.sh)
+#   bash scripts/test.sh compat   mpi4py's whole test suite at N = 1, 2, 4 (~35 min; the slow stage runs N = 2)
 #   bash scripts/test.sh all      all three, one after the other (what CI runs)
 #   bash scripts/test.sh -- ARGS  the default suite with extra pytest arguments
 #   FMPI_TEST_WORKERS=N            pytest-xdist workers of the parallel pass (default 3; 0 runs it in-process)
@@ -59,6 +60,7 @@ case "$stage" in
   default) run_stage "not slow" "$@" ;;
   slow) run_stage slow "$@" ;;
   localstack) bash scripts/localstack-stage.sh "$@" ;;
+  compat) FMPI_SUITE_NS=1,2,4 run_pytest -q -p no:xdist -m slow tests/compat/test_mpi4py_suite_stage.py "$@" ;;
   all) run_stage "not slow" "$@" && run_stage slow "$@" && bash scripts/localstack-stage.sh ;;
-  *) echo "usage: bash scripts/test.sh [default|slow|localstack|all] [-- pytest args]" >&2; exit 2 ;;
+  *) echo "usage: bash scripts/test.sh [default|slow|localstack|compat|all] [-- pytest args]" >&2; exit 2 ;;
 esac

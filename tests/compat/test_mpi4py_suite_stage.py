@@ -34,7 +34,13 @@ RUNNER = REPO / "benchmarks" / "compat" / "mpi4py_suite.py"
 REFERENCE = REPO / "benchmarks" / "compat" / "mpich_reference.json"
 suite = load_script("benchmarks/compat/mpi4py_suite.py", "mpi4py_suite_for_stage")
 
-NS = (1, 2, 4)
+ALL_NS = (1, 2, 4)
+# The slow stage runs N = 2 only: the whole suite at N = 1, 2, 4 takes ~35 min of the 2-core CI machine (CPU-bound:
+# every job's ranks share the two cores), which CI's 90-minute budget cannot hold beside the other stages.
+# `bash scripts/test.sh compat` runs all three (FMPI_SUITE_NS=1,2,4).
+NS = tuple(sorted({int(n) for n in os.environ.get("FMPI_SUITE_NS", "2").split(",")}))
+if not set(NS) <= set(ALL_NS):
+    raise ValueError(f"FMPI_SUITE_NS: each N must be one of {ALL_NS}, got {NS}")
 SHARE_OF_MPICH = 0.90  # the goal: fmpi passes at least 90 % of the tests MPICH passes, at each N
 # Runner options per (file, N) job: a job with no test progress for STALL s, or running TIMEOUT s, is killed
 # (and the file run again without the finished and hung tests, MAX_RESTARTS times). Generous: under load one
@@ -213,7 +219,7 @@ def test_mpi4py_suite_passes_but_for_the_expected_failures_and_keeps_90_percent_
         for n, t in tot.items():
             print(f"  N={n}: passed {t['passed']}/{t['run']} ({100 * t['passed'] / t['mpich_passed']:.1f} % of MPICH's {t['mpich_passed']})")
     assert {(r["file"], r["n"]) for r in results} == {(f, n) for n in NS for f in ref[n]}, "not the whole suite at every N"
-    problems = verdict(results, EXPECTED_FAILURES)
+    problems = verdict(results, {k: v for k, v in EXPECTED_FAILURES.items() if k[2] in NS})
     assert not problems, f"{len(problems)} regressions (table: {md}):\n" + "\n".join(problems)
     for n, t in tot.items():
         assert t["passed"] >= SHARE_OF_MPICH * t["mpich_passed"], f"N={n}: {t['passed']} passed < 90 % of MPICH's {t['mpich_passed']}"
@@ -246,11 +252,11 @@ def test_the_verdict_allows_only_the_table_and_is_strict_about_it():
 
 def test_the_mpich_reference_is_the_whole_suite_at_each_n_and_the_table_names_real_files():
     ref = load_reference()
-    assert sorted(ref) == list(NS)
-    for n in NS:
+    assert sorted(ref) == list(ALL_NS)
+    for n in ALL_NS:
         assert len(ref[n]) == 64 and sum(c["run"] for c in ref[n].values()) == 2127
-    assert [sum(c["passed"] for c in ref[n].values()) for n in NS] == [1969, 2054, 2054]  # CENSUS.md's first census
-    assert {f for f, _, _ in EXPECTED_FAILURES} <= set(ref[1]) and {n for _, _, n in EXPECTED_FAILURES} <= set(NS)
+    assert [sum(c["passed"] for c in ref[n].values()) for n in ALL_NS] == [1969, 2054, 2054]  # CENSUS.md's first census
+    assert {f for f, _, _ in EXPECTED_FAILURES} <= set(ref[1]) and {n for _, _, n in EXPECTED_FAILURES} <= set(ALL_NS)
     md = markdown([_record("test_cffi", 1, {"T.a": "failure"})], ref, EXPECTED_FAILURES, {"date": "d", "wall": 1, "workers": 2, "load": "1 / 1"})
     assert "| test_cffi | 1 | 0 | 1 | 0 | 0 | ok | 1 | 2 | 2 | 0 | 0 | 0 | * |" in md and "| 1 | 1 | 0 / 1 | 1969 / 2127 | 0.0 % |" in md
 
