@@ -4,7 +4,7 @@
 #   bash scripts/test.sh          the default suite
 #   bash scripts/test.sh slow     only the slow stress/soak/fuzz stage
 #   bash scripts/test.sh localstack  only the LocalStack stage (scripts/localstack-stage.sh)
-#   bash scripts/test.sh compat   mpi4py's whole test suite at N = 1, 2, 4 (~35 min; the slow stage runs N = 2)
+#   bash scripts/test.sh compat   mpi4py's whole test suite at N = 1, 2, 4 (~20 min idle; the slow stage runs N = 2)
 #   bash scripts/test.sh all      all three, one after the other (what CI runs)
 #   bash scripts/test.sh -- ARGS  the default suite with extra pytest arguments
 #   FMPI_TEST_WORKERS=N            pytest-xdist workers of the parallel pass (default 3; 0 runs it in-process)

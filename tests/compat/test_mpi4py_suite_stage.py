@@ -35,7 +35,7 @@ REFERENCE = REPO / "benchmarks" / "compat" / "mpich_reference.json"
 suite = load_script("benchmarks/compat/mpi4py_suite.py", "mpi4py_suite_for_stage")
 
 ALL_NS = (1, 2, 4)
-# The slow stage runs N = 2 only: the whole suite at N = 1, 2, 4 takes ~35 min of the 2-core CI machine (CPU-bound:
+# The slow stage runs N = 2 only (6 min idle): the whole suite at N = 1, 2, 4 takes ~20 min idle, 40 loaded (CPU-bound:
 # every job's ranks share the two cores), which CI's 90-minute budget cannot hold beside the other stages.
 # `bash scripts/test.sh compat` runs all three (FMPI_SUITE_NS=1,2,4).
 NS = tuple(sorted({int(n) for n in os.environ.get("FMPI_SUITE_NS", "2").split(",")}))
