@@ -16,24 +16,12 @@ from fmpi import rendezvous
 from fmpi.relay_server.server import RelayThread
 from fmpi.rendezvous.fmpi_relay import FmpiRelayNames
 from fmpi.rendezvous.relay_connection import RelayConnection, RelayError
+from fmpi.rank.spawn import Quiet  # (a job's events nobody needs)
 from fmpi.wire.names import MAX_NAME
 from fmpi.wire.relay_protocol import HEADER, VERSION, Kind, encode
 
 TOKEN = "n" * 24
 
-
-class Quiet:
-    def event(self, kind, body):
-        pass
-
-    def aborted(self, exc):
-        pass
-
-    def failed(self, exc):
-        pass
-
-    def resume_state(self):
-        return None
 
 
 @pytest.fixture

@@ -15,23 +15,11 @@ from tests_support import RelayProcess
 
 from fmpi import rendezvous
 from fmpi.rendezvous.relay_connection import RelayError
+from fmpi.rank.spawn import Quiet  # (a job's events nobody needs)
 from fmpi.wire.names import DEFAULT_MAX_PER_JOB, MAX_NAME
 
 TOKEN = "m" * 24
 
-
-class Quiet:
-    def event(self, kind, body):
-        pass
-
-    def aborted(self, exc):
-        pass
-
-    def failed(self, exc):
-        pass
-
-    def resume_state(self):
-        return None
 
 
 @pytest.fixture(scope="module")
